@@ -1,0 +1,1 @@
+"""`sapo-bench`: speed and memory goals, measured side by side in one run."""

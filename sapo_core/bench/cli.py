@@ -1,0 +1,35 @@
+"""`sapo-bench NAME`: each benchmark measures ours and the comparison in one run and ends
+with one summary line naming its figures.
+
+Each lives in `sapo_core/bench/<name>.py` with `configure(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+BENCHMARKS: list[tuple[str, str]] = [
+    ("training", "GRPO-update tokens/s against a plain forward+backward; peak node memory"),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="sapo-bench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK")
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, help_text in BENCHMARKS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            importlib.import_module(f"sapo_core.bench.{name}").configure(p)
+    args = parser.parse_args(argv)
+    if not args.bench:
+        parser.print_help()
+        return 2
+    return int(importlib.import_module(f"sapo_core.bench.{args.bench}").run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""`sapo-node`: the command-line client of the node.
+
+Each subcommand lives in `sapo_core/commands/<name>.py` with `configure(parser)` and
+`main(args) -> int`, imported only when chosen so `sapo-node --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (subcommand, module, one-line help)
+COMMANDS: list[tuple[str, str, str]] = [
+    ("run", "sapo_core.commands.run", "train: run rounds of SAPO on this machine"),
+    ("hardware", "sapo_core.commands.hardware", "show what this machine has and which model fits"),
+]
+
+
+def build_parser(load: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sapo-node", description="SAPO Swarm node")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module, help_text in COMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == load:
+            importlib.import_module(module).configure(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    known = {name for name, _, _ in COMMANDS}
+    parser = build_parser(chosen if chosen in known else None)
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    return int(importlib.import_module(args._module).main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

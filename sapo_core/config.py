@@ -1,0 +1,326 @@
+"""Node configuration: one frozen dataclass per concern, nested in `NodeConfig`.
+
+Every field has a default and a help string (in `field(metadata={"help": ...})`);
+`__post_init__` rejects nonsense with a message saying what to change. The user's
+config is a TOML file whose tables mirror the dataclasses (`[train]`, `[round]`, ...);
+`load_config` reports unknown keys and wrong types by their dotted name.
+
+This module imports only the standard library (and tomli_w to write), so the GUI and
+the control protocol can use it without pulling in torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message names the key and what to change."""
+
+
+def _help(text: str, default: Any) -> Any:
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": text})
+    return field(default=default, metadata={"help": text})
+
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+# The paper's nine ReasoningGYM specialties (SAPO §4). A weight of 0 disables one.
+PAPER_SPECIALTIES = (
+    "base_conversion",
+    "basic_arithmetic",
+    "arc_1d",
+    "bf",
+    "propositional_logic",
+    "fraction_simplification",
+    "decimal_arithmetic",
+    "calendar_arithmetic",
+    "binary_matrix",
+)
+
+# A small model learns nothing from tasks it never solves (FACTS.md: SmolLM2-135M scores
+# ~0 on most tasks). The default mix starts on the three it sometimes gets right.
+DEFAULT_TASK_WEIGHTS = {
+    "basic_arithmetic": 1.0,
+    "fraction_simplification": 1.0,
+    "calendar_arithmetic": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = _help("Catalogue id of the model to train, or 'auto' to pick the largest that fits.", "auto")
+    gguf_path: str = _help("Use this GGUF file instead of the catalogue's (advanced).", "")
+    lora: bool = _help("Train a LoRA adapter (true) or all weights (false).", True)
+    lora_rank: int = _help("LoRA rank r.", 16)
+    lora_alpha: float = _help("LoRA alpha (scale = alpha / r).", 32.0)
+    lora_targets: list = _help(
+        "Module names LoRA adapts.",
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    )
+    dtype: str = _help("Training dtype: float32 (CPU default) or bfloat16 (GPU).", "float32")
+
+    def __post_init__(self) -> None:
+        _check(self.lora_rank >= 1, "model.lora_rank", "must be at least 1")
+        _check(self.lora_alpha > 0, "model.lora_alpha", "must be positive")
+        _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype",
+               f"'{self.dtype}' is not one of float32, bfloat16, float16")
+        _check(len(self.lora_targets) > 0, "model.lora_targets", "name at least one module")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    weights: dict = _help(
+        "ReasoningGYM dataset -> sampling weight. The paper's nine: " + ", ".join(PAPER_SPECIALTIES),
+        DEFAULT_TASK_WEIGHTS,
+    )
+    difficulty: str = _help("'easy' (small models can learn) or 'default' (ReasoningGYM's own settings).", "easy")
+    format_reward: float = _help("Weight of a reward for answering in the requested format (the paper dropped it).", 0.0)
+    system_prompt: str = _help("System prompt; empty uses the built-in one.", "")
+
+    def __post_init__(self) -> None:
+        _check(bool(self.weights), "tasks.weights", "name at least one dataset")
+        for name, w in self.weights.items():
+            _check(isinstance(w, (int, float)) and w >= 0, f"tasks.weights.{name}", "must be a number >= 0")
+        _check(sum(self.weights.values()) > 0, "tasks.weights", "at least one weight must be above 0")
+        _check(self.difficulty in ("easy", "default"), "tasks.difficulty",
+               f"'{self.difficulty}' is not 'easy' or 'default'")
+        _check(0 <= self.format_reward <= 1, "tasks.format_reward", "must be between 0 and 1")
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    backend: str = _help("'auto' (llama.cpp where it works), 'llamacpp' or 'transformers'.", "auto")
+    group_size: int = _help("Completions per question, G.", 8)
+    max_new_tokens: int = _help("Longest completion, in tokens.", 128)
+    temperature: float = _help("Sampling temperature.", 1.0)
+    top_p: float = _help("Nucleus sampling threshold (1 = off).", 1.0)
+    quantization: str = _help("Weights llama.cpp samples from: 'q8_0' (fast, near-lossless) or 'as-is'.", "q8_0")
+    threads: int = _help("Threads for sampling and training; 0 = all physical cores.", 0)
+
+    def __post_init__(self) -> None:
+        _check(self.backend in ("auto", "llamacpp", "transformers"), "sampler.backend",
+               f"'{self.backend}' is not auto, llamacpp or transformers")
+        _check(2 <= self.group_size <= 64, "sampler.group_size", "must be 2..64 (GRPO needs at least 2)")
+        _check(1 <= self.max_new_tokens <= 4096, "sampler.max_new_tokens", "must be 1..4096")
+        _check(0 < self.temperature <= 2, "sampler.temperature", "must be in (0, 2]")
+        _check(0 < self.top_p <= 1, "sampler.top_p", "must be in (0, 1]")
+        _check(self.quantization in ("q8_0", "as-is"), "sampler.quantization", "must be 'q8_0' or 'as-is'")
+        _check(self.threads >= 0, "sampler.threads", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    learning_rate: float = _help("Adam learning rate.", 5e-5)
+    steps_per_round: int = _help("Optimizer steps per round over the round's batch, K (>1 lets clipping act).", 2)
+    micro_batch_size: int = _help("Sequences per forward/backward pass (memory bound).", 8)
+    epsilon_low: float = _help("Lower clip of the importance ratio, 1 - eps_low (paper: 0.2).", 0.2)
+    epsilon_high: float = _help("Upper clip of the importance ratio, 1 + eps_high (paper: 0.28).", 0.28)
+    kl_beta: float = _help("Weight of the KL penalty to the base model (paper: 0).", 0.0)
+    max_grad_norm: float = _help("Gradient norm clip (0 = off).", 1.0)
+    weight_decay: float = _help("AdamW weight decay.", 0.0)
+    logit_chunk: int = _help("Tokens per chunk when computing log-probs over the vocabulary.", 1024)
+
+    def __post_init__(self) -> None:
+        _check(0 < self.learning_rate < 1, "train.learning_rate", "must be in (0, 1)")
+        _check(self.steps_per_round >= 1, "train.steps_per_round", "must be at least 1")
+        _check(self.micro_batch_size >= 1, "train.micro_batch_size", "must be at least 1")
+        _check(0 <= self.epsilon_low < 1, "train.epsilon_low", "must be in [0, 1)")
+        _check(self.epsilon_high >= 0, "train.epsilon_high", "must be >= 0")
+        _check(self.kl_beta >= 0, "train.kl_beta", "must be >= 0")
+        _check(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
+        _check(self.logit_chunk >= 16, "train.logit_chunk", "must be at least 16")
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    local_groups: int = _help("Own question groups per round, I (paper's best: 4).", 4)
+    external_groups: int = _help("Groups taken from peers per round, J (paper's best: 4; 0 = train alone).", 4)
+    auto_scale: bool = _help("Shrink I, J and G where this machine cannot finish a round in time.", True)
+    target_round_seconds: float = _help("Round length auto_scale aims for.", 240.0)
+    max_rounds: int = _help("Stop after this many rounds in total (0 = run until stopped).", 0)
+
+    def __post_init__(self) -> None:
+        _check(self.local_groups >= 1, "round.local_groups", "must be at least 1")
+        _check(self.external_groups >= 0, "round.external_groups", "must be >= 0")
+        _check(self.target_round_seconds > 0, "round.target_round_seconds", "must be positive")
+        _check(self.max_rounds >= 0, "round.max_rounds", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class SwarmConfig:
+    enabled: bool = _help("Share rollouts with a swarm (false = train alone).", True)
+    swarm_name: str = _help("Name of the swarm; nodes with other names never mix.", "sapo-public")
+    initial_peers: list = _help("Multiaddrs of peers to join; empty hosts a new swarm.", [])
+    host_maddrs: list = _help("Addresses to listen on.", ["/ip4/0.0.0.0/tcp/0"])
+    announce_maddrs: list = _help("Addresses to tell peers (behind NAT).", [])
+    window_seconds: float = _help("Length of a DHT time window rounds publish into.", 120.0)
+    shards: int = _help("Key shards per window; readers fetch a bounded number of them.", 16)
+    shards_read: int = _help("Shards a node reads per window.", 2)
+    identity_path: str = _help("RSA key file of this node (default: in the data directory).", "")
+
+    def __post_init__(self) -> None:
+        _check(bool(self.swarm_name) and len(self.swarm_name) <= 64, "swarm.swarm_name", "must be 1..64 characters")
+        _check(self.window_seconds >= 5, "swarm.window_seconds", "must be at least 5")
+        _check(1 <= self.shards <= 4096, "swarm.shards", "must be 1..4096")
+        _check(1 <= self.shards_read <= self.shards, "swarm.shards_read", "must be 1..swarm.shards")
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    throttle: float = _help("Share of the CPU time the node may use, 0.05..1 (a duty cycle, as in BOINC).", 1.0)
+    pause_on_battery: bool = _help("Pause while running on battery.", False)
+    only_when_idle: bool = _help("Run only while the user is idle.", False)
+    idle_minutes: float = _help("Minutes without input before the user counts as idle.", 5.0)
+    schedule: str = _help("Weekly schedule, e.g. 'mon-fri 18:00-08:00; sat-sun 00:00-24:00'; empty = always.", "")
+    max_temperature_c: float = _help("Pause above this CPU temperature (0 = off).", 0.0)
+    min_free_memory_gb: float = _help("Pause when free memory falls below this (0 = off).", 0.0)
+
+    def __post_init__(self) -> None:
+        _check(0.05 <= self.throttle <= 1.0, "control.throttle", "must be between 0.05 and 1")
+        _check(self.idle_minutes >= 0, "control.idle_minutes", "must be >= 0")
+        _check(self.max_temperature_c >= 0, "control.max_temperature_c", "must be >= 0")
+        _check(self.min_free_memory_gb >= 0, "control.min_free_memory_gb", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    run_dir: str = _help("Directory holding this run's store, checkpoints and config snapshot.", "")
+    seed: int = _help("Seed of everything random in this node.", 0)
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "The model."})
+    tasks: TaskConfig = field(default_factory=TaskConfig, metadata={"help": "Questions and rewards."})
+    sampler: SamplerConfig = field(default_factory=SamplerConfig, metadata={"help": "Rollout generation."})
+    train: TrainConfig = field(default_factory=TrainConfig, metadata={"help": "The GRPO update."})
+    round: RoundConfig = field(default_factory=RoundConfig, metadata={"help": "What a round holds."})
+    swarm: SwarmConfig = field(default_factory=SwarmConfig, metadata={"help": "Sharing with peers."})
+    control: ControlConfig = field(default_factory=ControlConfig, metadata={"help": "The volunteer's limits."})
+
+    def replace(self, **changes: Any) -> "NodeConfig":
+        """Copy with changes; nested ones as dotted keys: replace(**{"train.learning_rate": 1e-4})."""
+        return from_dict(_merge(to_dict(self), _undot(changes)))
+
+
+# --- dict / TOML conversion -------------------------------------------------------------
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _undot(changes: Mapping[str, Any]) -> dict:
+    out: dict = {}
+    for key, value in changes.items():
+        parts = key.split(".")
+        d = out
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict, over: Mapping[str, Any]) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        # A task-weight table replaces the default mix instead of adding to it.
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict) and k != "weights":
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp) or tp
+    if origin in (int,) and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if origin is bool and isinstance(value, bool):
+        return value
+    if origin is str and isinstance(value, str):
+        return value
+    if origin is list and isinstance(value, (list, tuple)):
+        return list(value)
+    if origin is dict and isinstance(value, Mapping):
+        return dict(value)
+    raise ConfigError(f"{key}: expected {getattr(origin, '__name__', origin)}, got {value!r}")
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = prefix.rstrip(".") or "the top level"
+        raise ConfigError(f"unknown key(s) {', '.join(prefix + u for u in unknown)} in {where}; "
+                          f"known: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, value in data.items():
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{prefix}{name}: expected a table, got {value!r}")
+            kwargs[name] = _build(tp, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(value, tp, prefix + name)
+    return cls(**kwargs)
+
+
+def from_dict(data: Mapping[str, Any]) -> NodeConfig:
+    return _build(NodeConfig, data, "")
+
+
+def load_config(path: str | os.PathLike) -> NodeConfig:
+    """Read a TOML config; a missing file is an error (say which), a broken one names the line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
+    return from_dict(data)
+
+
+def dump_config(cfg: NodeConfig) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(to_dict(cfg))
+
+
+def save_config(cfg: NodeConfig, path: str | os.PathLike) -> None:
+    """Write atomically (temp file, fsync, rename) so a crash never leaves half a config."""
+    from sapo_core.fsutil import atomic_write_bytes
+
+    atomic_write_bytes(Path(path), dump_config(cfg).encode("utf-8"))
+
+
+def field_help(cls: type = NodeConfig, prefix: str = "") -> dict[str, str]:
+    """Dotted key -> help string, for `--help` texts and the GUI's tooltips."""
+    out: dict[str, str] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update(field_help(hints[f.name], f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = f.metadata.get("help", "")
+    return out
+
+
+__all__ = [
+    "ConfigError", "ModelConfig", "TaskConfig", "SamplerConfig", "TrainConfig", "RoundConfig",
+    "SwarmConfig", "ControlConfig", "NodeConfig", "load_config", "save_config", "dump_config",
+    "from_dict", "to_dict", "field_help", "PAPER_SPECIALTIES", "DEFAULT_TASK_WEIGHTS",
+]

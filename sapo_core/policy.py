@@ -1,0 +1,177 @@
+"""The trainable policy: a base model read from a GGUF file, a LoRA adapter, the tokenizer.
+
+One GGUF serves both sides: llama.cpp samples from it, transformers trains on it after
+de-quantizing it (`from_pretrained(dir, gguf_file=...)`). De-quantizing and building the
+tokenizer take ~40 s on a small CPU, so the converted model is cached as safetensors
+beside the node's data (keyed by the GGUF's size and mtime) and later starts take seconds.
+
+`tiny-random` builds a 2-layer model with the embedded model's tokenizer and random
+weights: the real training and sampling code paths at a fraction of the cost, for the
+swarm, worker and GUI tests ("a light sampler is fine") and for nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sapo_core.config import ModelConfig
+from sapo_core.fsutil import atomic_write_bytes
+
+TINY_RANDOM = "tiny-random"
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be loaded; the message says which file and what to do."""
+
+
+@dataclass
+class Policy:
+    model: Any  # transformers PreTrainedModel, peft-wrapped when LoRA
+    tokenizer: Any
+    model_id: str
+    gguf_path: Path | None  # None for tiny-random
+    lora: bool
+    lora_rank: int = 0
+    lora_alpha: float = 0.0
+    version: int = 0  # bumped by every optimizer step; samplers use it to know they are stale
+    eos_ids: tuple[int, ...] = field(default_factory=tuple)
+
+    # --- text <-> tokens ----------------------------------------------------------------
+    def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
+            out = out["input_ids"]
+        return list(out)
+
+    def encode_completion(self, text: str) -> list[int]:
+        """Token ids of a peer's completion text (the paper re-tokenises external rollouts)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # --- parameters ---------------------------------------------------------------------
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The adapter's tensors with LoRA, all weights without; CPU copies."""
+        named = self.model.named_parameters()
+        return {n: p.detach().to("cpu", copy=True) for n, p in named if p.requires_grad}
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.model.named_parameters())
+        missing = [n for n, p in params.items() if p.requires_grad and n not in state]
+        unknown = [n for n in state if n not in params]
+        if missing or unknown:
+            raise ModelLoadError(
+                f"checkpoint does not match the model (missing {missing[:3]}, unknown {unknown[:3]}); "
+                "was it made with another model or LoRA rank? Use a new --run-dir."
+            )
+        with torch.no_grad():
+            for n, t in state.items():
+                params[n].copy_(t)
+
+    def head_weight(self) -> torch.Tensor:
+        return self.model.get_output_embeddings().weight
+
+    def body(self) -> torch.nn.Module:
+        """The transformer without its LM head: returns hidden states."""
+        base = self.model.get_base_model() if self.lora else self.model
+        return base.model
+
+
+def _source_key(path: Path) -> str:
+    st = path.stat()
+    return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
+def load_base(gguf_path: Path, cache_dir: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+    """(model, tokenizer) de-quantized from a GGUF, through the safetensors cache."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not gguf_path.is_file():
+        raise ModelLoadError(f"model file {gguf_path} does not exist")
+    cached = cache_dir / f"{gguf_path.stem}-{_source_key(gguf_path)}"
+    if (cached / "done.json").is_file():
+        try:
+            tok = AutoTokenizer.from_pretrained(cached)
+            model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
+            return model, tok
+        except Exception:  # a damaged cache is rebuilt, never fatal
+            shutil.rmtree(cached, ignore_errors=True)
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
+    except Exception as e:
+        raise ModelLoadError(f"transformers could not read {gguf_path}: {e}") from e
+    try:
+        tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        atomic_write_bytes(tmp / "done.json", json.dumps({"source": str(gguf_path)}).encode())
+        shutil.rmtree(cached, ignore_errors=True)
+        os.replace(tmp, cached)
+    except OSError:
+        pass  # no cache (read-only or full disk): slower next start, nothing worse
+    return model, tok
+
+
+def build_tiny_random(tokenizer: Any, seed: int) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg)
+
+
+def load_policy(cfg: ModelConfig, gguf_path: Path | None, cache_dir: Path, seed: int = 0,
+                tokenizer_gguf: Path | None = None) -> Policy:
+    """The policy to train. `tiny-random` needs `tokenizer_gguf` (the embedded model's)."""
+    dtype = getattr(torch, cfg.dtype)
+    if cfg.name == TINY_RANDOM:
+        if tokenizer_gguf is None:
+            raise ModelLoadError("tiny-random needs the embedded model's tokenizer")
+        _, tok = load_base(tokenizer_gguf, cache_dir)
+        model = build_tiny_random(tok, seed).to(dtype)
+        model_id, path = TINY_RANDOM, None
+    else:
+        assert gguf_path is not None
+        model, tok = load_base(gguf_path, cache_dir, dtype)
+        model_id, path = cfg.name, gguf_path
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    model.config.use_cache = False
+    if cfg.lora:
+        from peft import LoraConfig, get_peft_model
+
+        torch.manual_seed(seed)  # LoRA A's init is random: make it the run's
+        targets = [t for t in cfg.lora_targets if any(n.endswith(t) for n, _ in model.named_modules())]
+        if not targets:
+            raise ModelLoadError(f"none of model.lora_targets {cfg.lora_targets} exist in {model_id}")
+        lcfg = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                          target_modules=targets, bias="none", task_type="CAUSAL_LM")
+        model = get_peft_model(model, lcfg)
+    else:
+        for p in model.parameters():
+            p.requires_grad_(True)
+    eos = {tok.eos_token_id}
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+    return Policy(model=model, tokenizer=tok, model_id=model_id, gguf_path=path, lora=cfg.lora,
+                  lora_rank=cfg.lora_rank if cfg.lora else 0, lora_alpha=cfg.lora_alpha if cfg.lora else 0.0,
+                  eos_ids=tuple(sorted(e for e in eos if e is not None)))

@@ -1,0 +1,67 @@
+"""The data a round moves around: questions, completions and groups (the paper's "rollouts").
+
+Plain dataclasses, no heavy imports: the swarm encodes them for peers, the store and the
+GUI read their figures. A `QuestionId` is enough for any node to regenerate the question
+and its answer (ReasoningGYM is deterministic by seed), which is how a node checks what
+a peer sends instead of believing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class QuestionId:
+    """(dataset, config digest, seed, index) names one ReasoningGYM question everywhere."""
+
+    dataset: str
+    config_digest: str  # hex digest of the dataset's config, see tasks.config_digest
+    seed: int
+    index: int
+
+    def key(self) -> str:
+        return f"{self.dataset}/{self.config_digest}/{self.seed}/{self.index}"
+
+
+@dataclass(frozen=True)
+class Question:
+    id: QuestionId
+    text: str  # the question as ReasoningGYM words it, before our prompt template
+    answer: str  # ReasoningGYM's reference answer (never taken from a peer)
+    entry: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # for the scorer
+
+
+@dataclass
+class Completion:
+    """One sampled answer. Token ids and sampling log-probs exist only for our own samples."""
+
+    text: str
+    token_ids: list[int] | None = None
+    sample_logprobs: list[float] | None = None  # the sampler's log-prob of each token
+    finished: bool = True  # ended at EOS (False: cut at max_new_tokens)
+    reward: float = 0.0
+
+
+@dataclass
+class Group:
+    """A question with its G completions, and where it came from."""
+
+    question: Question
+    completions: list[Completion]
+    source: str = "local"  # "local" or the peer's id
+    round: int = 0  # the producer's round number
+
+    @property
+    def rewards(self) -> list[float]:
+        return [c.reward for c in self.completions]
+
+    @property
+    def is_local(self) -> bool:
+        return self.source == "local"
+
+    def has_signal(self) -> bool:
+        """False when all rewards are equal: such a group gives zero advantage (paper's filter)."""
+        r = self.rewards
+        return len(r) > 1 and max(r) - min(r) > 1e-9
