@@ -1,0 +1,31 @@
+"""Where the node keeps its files: the data directory (runs, model cache, identity).
+
+`SAPO_DATA_DIR` overrides the platform's user data directory (tests, portable installs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    env = os.environ.get("SAPO_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("sapo-swarm", appauthor=False))
+
+
+def cache_dir() -> Path:
+    """Converted models, re-quantized GGUFs, downloads: safe to delete, rebuilt on demand."""
+    return data_dir() / "cache"
+
+
+def default_run_dir() -> Path:
+    return data_dir() / "runs" / "default"
+
+
+def identity_dir() -> Path:
+    return data_dir() / "identity"
