@@ -94,36 +94,48 @@ def _source_key(path: Path) -> str:
     return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
-def load_base(gguf_path: Path, cache_dir: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
-    """(model, tokenizer) de-quantized from a GGUF, through the safetensors cache."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _cached(gguf_path: Path, cache_dir: Path, part: str, load_cached, convert) -> Any:
+    """Load `part` (model or tokenizer) from the cache, or convert it from the GGUF and cache it."""
     if not gguf_path.is_file():
         raise ModelLoadError(f"model file {gguf_path} does not exist")
-    cached = cache_dir / f"{gguf_path.stem}-{_source_key(gguf_path)}"
-    if (cached / "done.json").is_file():
+    where = cache_dir / f"{gguf_path.stem}-{_source_key(gguf_path)}" / part
+    if (where / "done.json").is_file():
         try:
-            tok = AutoTokenizer.from_pretrained(cached)
-            model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
-            return model, tok
+            return load_cached(where)
         except Exception:  # a damaged cache is rebuilt, never fatal
-            shutil.rmtree(cached, ignore_errors=True)
+            shutil.rmtree(where, ignore_errors=True)
     try:
-        tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
+        obj = convert()
     except Exception as e:
         raise ModelLoadError(f"transformers could not read {gguf_path}: {e}") from e
+    tmp = where.with_name(where.name + f".tmp{os.getpid()}")
     try:
-        tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+        obj.save_pretrained(tmp)
         atomic_write_bytes(tmp / "done.json", json.dumps({"source": str(gguf_path)}).encode())
-        shutil.rmtree(cached, ignore_errors=True)
-        os.replace(tmp, cached)
+        shutil.rmtree(where, ignore_errors=True)
+        os.replace(tmp, where)
     except OSError:
-        pass  # no cache (read-only or full disk): slower next start, nothing worse
-    return model, tok
+        shutil.rmtree(tmp, ignore_errors=True)  # no cache (read-only or full disk): slower next start
+    return obj
+
+
+def load_tokenizer(gguf_path: Path, cache_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return _cached(gguf_path, cache_dir, "tokenizer", AutoTokenizer.from_pretrained,
+                   lambda: AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name))
+
+
+def load_base(gguf_path: Path, cache_dir: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+    """(model, tokenizer) de-quantized from a GGUF, through the safetensors cache."""
+    from transformers import AutoModelForCausalLM
+
+    tok = load_tokenizer(gguf_path, cache_dir)
+    model = _cached(gguf_path, cache_dir, "model", lambda d: AutoModelForCausalLM.from_pretrained(d, dtype=dtype),
+                    lambda: AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                                 dtype=dtype))
+    return model.to(dtype), tok
 
 
 def build_tiny_random(tokenizer: Any, seed: int) -> Any:
@@ -146,7 +158,7 @@ def load_policy(cfg: ModelConfig, gguf_path: Path | None, cache_dir: Path, seed:
     if cfg.name == TINY_RANDOM:
         if tokenizer_gguf is None:
             raise ModelLoadError("tiny-random needs the embedded model's tokenizer")
-        _, tok = load_base(tokenizer_gguf, cache_dir)
+        tok = load_tokenizer(tokenizer_gguf, cache_dir)
         model = build_tiny_random(tok, seed).to(dtype)
         model_id, path = TINY_RANDOM, None
     else:
