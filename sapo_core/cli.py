@@ -14,6 +14,7 @@ import sys
 COMMANDS: list[tuple[str, str, str]] = [
     ("run", "sapo_core.commands.run", "train: run rounds of SAPO on this machine"),
     ("hardware", "sapo_core.commands.hardware", "show what this machine has and which model fits"),
+    ("doctor", "sapo_core.commands.doctor", "check this machine can run a node, with a fix for each problem"),
 ]
 
 

