@@ -1,0 +1,373 @@
+"""The SAPO round, top to bottom: sample -> score -> share -> gather -> advantages -> update -> record.
+
+`Node.run_round()` is SAPO's Algorithm 1 for one node and one round. Where we depart from
+the SAPO paper (arXiv 2509.08721) or GRPO:
+- Rounds are not clocked by anyone: each node runs at its own pace and the swarm layer
+  publishes into and gathers from DHT time windows (rl-swarm uses a smart contract).
+- External groups are verified, not believed: the swarm layer regenerates every question
+  from its id and re-scores every completion with our own rewards (paper §3: "scores
+  everything with its own reward function"; rl-swarm trusts the sender's answer).
+- Local groups with zero reward variance are kept for the figures but not trained on
+  (their advantage is exactly 0; with no KL term they change no weight). The paper drops
+  them only from the external pool.
+- K optimizer steps per round (config train.steps_per_round, default 2) so the asymmetric
+  clip can act; old log-probs come from the first step's own forward (see trainer.py).
+- I, J and G shrink, never below I=1, J=1, G=4, when a round takes much longer than
+  round.target_round_seconds on this machine (auto_scale), and grow back when it is fast.
+- The default task mix and difficulty are easy ones a 135M model can sometimes solve
+  (FACTS.md: it scores ~0 on the paper's full mix), with a curriculum that raises them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sapo_core import grpo, paths
+from sapo_core.checkpoint import CheckpointState, Checkpoints
+from sapo_core.config import NodeConfig, dump_config
+from sapo_core.fsutil import atomic_write_bytes
+from sapo_core.hooks import NullHooks, RoundHooks
+from sapo_core.policy import TINY_RANDOM, Policy, load_policy
+from sapo_core.rollouts import Completion, Group
+from sapo_core.sampler import SamplerError, SamplingParams, make_fallback_sampler, make_sampler
+from sapo_core.store import STORE_NAME, RunStore
+from sapo_core.tasks import TaskSet
+from sapo_core.trainer import Trainer, TrainSequence
+
+
+class NodeError(RuntimeError):
+    """The node cannot run; the message says what to change."""
+
+
+@dataclass
+class RoundShape:
+    """What a round holds after auto-scaling: I local groups, J external, G per group."""
+
+    local: int
+    external: int
+    group_size: int
+
+    def shrink(self) -> bool:
+        if self.local > 1 or self.external > 1:
+            self.local, self.external = max(1, self.local // 2), max(1 if self.external else 0, self.external // 2)
+            return True
+        if self.group_size > 4:
+            self.group_size = max(4, self.group_size // 2)
+            return True
+        return False
+
+    def grow(self, limit: "RoundShape") -> bool:
+        if self.group_size < limit.group_size:
+            self.group_size = min(limit.group_size, self.group_size * 2)
+            return True
+        if self.local < limit.local or self.external < limit.external:
+            self.local = min(limit.local, self.local * 2)
+            self.external = min(limit.external, max(1, self.external * 2) if limit.external else 0)
+            return True
+        return False
+
+
+def mixed_seed(*parts: Any) -> int:
+    return int.from_bytes(hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=4).digest(), "little")
+
+
+class Node:
+    def __init__(self, cfg: NodeConfig, hooks: RoundHooks | None = None) -> None:
+        self.cfg = cfg
+        self.hooks = hooks or NullHooks()
+        self.run_dir = Path(cfg.run_dir).expanduser() if cfg.run_dir else paths.default_run_dir()
+        self.policy: Policy | None = None
+        self.next_round = 1
+        self.shape = RoundShape(cfg.round.local_groups, cfg.round.external_groups, cfg.sampler.group_size)
+        self._source = None
+        self._sampler = None
+        self._sampler_reason = ""
+
+    # --- start-up -----------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg, hooks = self.cfg, self.hooks
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.store = RunStore(self.run_dir / STORE_NAME)
+        self.checkpoints = Checkpoints(self.run_dir)
+        threads = cfg.sampler.threads or _physical_cores()
+        torch.set_num_threads(threads)
+        gguf, tokenizer_gguf, why = resolve_model(cfg)
+        hooks.log("info", f"model: {why}")
+        self.policy = load_policy(cfg.model, gguf, paths.cache_dir() / "hf", seed=cfg.seed,
+                                  tokenizer_gguf=tokenizer_gguf)
+        self.trainer = Trainer(self.policy, cfg.train, temperature=cfg.sampler.temperature)
+        self._resume()
+        self._write_config_snapshot()
+        self._source = self._open_source()
+        identity = getattr(self._source, "node_id", "alone") if self._source else "alone"
+        self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity))
+        self._sampler, self._sampler_reason = make_sampler(cfg.sampler, self.policy, paths.cache_dir())
+        self._sampler.set_threads(threads)
+        self._sampler.sync_policy(self.policy)
+        hooks.log("info", f"sampler: {self._sampler_reason}")
+
+    def _open_source(self):
+        if not self.cfg.swarm.enabled or self.cfg.round.external_groups == 0:
+            return None
+        from sapo_core.swarm.source import open_swarm
+
+        return open_swarm(self.cfg.swarm, self.tasks_for_verification(), paths.identity_dir(), self.hooks)
+
+    def tasks_for_verification(self) -> TaskSet:
+        # the verifier regenerates peers' questions: its own seed is irrelevant there
+        return TaskSet(self.cfg.tasks, seed=self.cfg.seed)
+
+    def _resume(self) -> None:
+        if not self.checkpoints.exists():
+            return
+        state, trainable, optimizer = self.checkpoints.load()
+        if state.model_id != self.policy.model_id or state.lora_rank != self.policy.lora_rank:
+            raise NodeError(
+                f"{self.run_dir} holds a run of {state.model_id} (LoRA rank {state.lora_rank}); this config "
+                f"trains {self.policy.model_id} (rank {self.policy.lora_rank}). Use another --run-dir."
+            )
+        self.policy.load_trainable_state_dict(trainable)
+        self.trainer.load_state_dict(optimizer)
+        self.policy.version = state.policy_version
+        self.next_round = state.round + 1
+        shape = state.extra.get("shape")
+        if shape:
+            self.shape = RoundShape(**shape)
+        if not self.store.has_round(state.round) and "metrics" in state.extra:
+            # the crash fell between the checkpoint and the store row: restore the row
+            self.store.record_round(state.round, state.extra["metrics"], state.extra.get("started", time.time()))
+        self.hooks.log("info", f"resumed after round {state.round}")
+
+    def _write_config_snapshot(self) -> None:
+        atomic_write_bytes(self.run_dir / "config.toml", dump_config(self.cfg).encode())
+        self.store.set_meta("model_id", self.policy.model_id)
+
+    # --- the round ----------------------------------------------------------------------
+    def run_round(self) -> dict[str, float]:
+        assert self.policy is not None, "call setup() first"
+        cfg, hooks, policy, shape = self.cfg, self.hooks, self.policy, self.shape
+        r = self.next_round
+        started = time.time()
+        timer = _PhaseTimer()
+        rng = random.Random(mixed_seed(cfg.seed, "round", r))
+
+        # 1. sample: I questions of our own, G completions each
+        with timer("sample"):
+            questions = self.tasks.sample_questions(r, shape.local)
+            prompts = [policy.encode_prompt(self.tasks.messages(q)) for q in questions]
+            seeds = [mixed_seed(cfg.seed, r, k) for k in range(len(questions))]
+            params = SamplingParams(n=shape.group_size, max_new_tokens=cfg.sampler.max_new_tokens,
+                                    temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p,
+                                    stop_token_ids=policy.eos_ids)
+            samples = self._sample(prompts, seeds, params)
+
+        # 2. score with our own rewards
+        with timer("score"):
+            hooks.progress("score", 0, len(questions))
+            local: list[Group] = []
+            for q, seqs in zip(questions, samples):
+                comps = [Completion(text=policy.decode(s.token_ids), token_ids=s.token_ids,
+                                    sample_logprobs=s.logprobs, finished=s.finished) for s in seqs]
+                for c, reward in zip(comps, self.tasks.score(q, [c.text for c in comps])):
+                    c.reward = float(reward)
+                local.append(Group(question=q, completions=comps, source="local", round=r))
+
+        # 3. share our groups with the swarm, 4. gather J verified groups from peers
+        external: list[Group] = []
+        if self._source is not None:
+            with timer("share"):
+                hooks.progress("share", 0, 1)
+                self._source.publish(r, local)
+            with timer("gather"):
+                hooks.progress("gather", 0, 1)
+                external = self._source.gather(r, shape.external, rng)
+
+        # 5. advantages, group by group
+        with timer("prepare"):
+            train_seqs, trained_groups = self._training_sequences(local, prompts, external)
+
+        # 6. update the policy, then let the sampler follow it
+        with timer("update"):
+            figures = self.trainer.update(train_seqs, hooks) if train_seqs else {"train/steps": 0.0}
+        with timer("sync"):
+            if train_seqs:
+                self._sampler.sync_policy(policy)
+
+        # 7. record: figures, checkpoint (atomic), store row
+        metrics = self._round_figures(local, external, trained_groups, samples, timer)
+        metrics.update(figures)
+        if self._source is not None:
+            metrics.update(self._source.stats())
+        with timer("save"):
+            hooks.progress("save", 0, 1)
+            metrics["time/round"] = time.time() - started
+            self._save(r, metrics, started)
+        metrics["time/save"] = timer.seconds["save"]
+        self.store.record_round(r, metrics, started)
+        self.next_round = r + 1
+        self._autoscale(metrics["time/round"])
+        return metrics
+
+    def _sample(self, prompts, seeds, params):
+        try:
+            return self._sampler.sample(prompts, seeds, params, self.hooks)
+        except SamplerError as e:
+            # a native crash in llama.cpp must not kill the node: continue on transformers
+            self.hooks.log("error", f"sampler {self._sampler.name} failed ({e}); falling back to transformers")
+            self._sampler.close()
+            self._sampler = make_fallback_sampler(self.policy)
+            self._sampler_reason = f"transformers (fallback after: {e})"
+            return self._sampler.sample(prompts, seeds, params, self.hooks)
+
+    def _training_sequences(self, local: list[Group], prompts: list[list[int]], external: list[Group]):
+        policy, max_new = self.policy, self.cfg.sampler.max_new_tokens
+        seqs: list[TrainSequence] = []
+        trained = 0
+        skip_flat = self.cfg.train.kl_beta == 0  # zero advantage and no KL: no gradient at all
+        for g, prompt in zip(local, prompts):
+            adv = grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()
+            if skip_flat and not g.has_signal():
+                continue
+            trained += 1
+            for c, a in zip(g.completions, adv):
+                seqs.append(TrainSequence(prompt, list(c.token_ids or []), a, c.sample_logprobs))
+        for g in external:
+            adv = grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()
+            if skip_flat and not g.has_signal():
+                continue
+            trained += 1
+            prompt = policy.encode_prompt(self.tasks.messages(g.question))
+            for c, a in zip(g.completions, adv):
+                # re-tokenised with our tokenizer, as if our policy had written it (paper §3)
+                seqs.append(TrainSequence(prompt, policy.encode_completion(c.text)[:max_new], a, None))
+        return seqs, trained
+
+    def _round_figures(self, local, external, trained_groups, samples, timer) -> dict[str, float]:
+        per_task: dict[str, list[float]] = defaultdict(list)
+        for g in local:
+            per_task[g.question.id.dataset].extend(g.rewards)
+        rewards = [x for g in local for x in g.rewards]
+        m: dict[str, float] = {
+            "reward/mean": _mean(rewards),
+            "reward/sum": float(sum(rewards)) / max(1, self.shape.group_size),  # per question, as the paper sums
+            "accuracy/mean": _mean([1.0 if x >= 1.0 else 0.0 for x in rewards]),
+            "groups/local": float(len(local)),
+            "groups/local_with_signal": float(sum(g.has_signal() for g in local)),
+            "groups/external": float(len(external)),
+            "groups/external_share": len(external) / max(1, len(local) + len(external)),
+            "groups/trained": float(trained_groups),
+            "round/local_groups": float(self.shape.local),
+            "round/external_groups": float(self.shape.external),
+            "round/group_size": float(self.shape.group_size),
+        }
+        for task, xs in per_task.items():
+            m[f"reward/{task}"] = _mean(xs)
+            m[f"accuracy/{task}"] = _mean([1.0 if x >= 1.0 else 0.0 for x in xs])
+        if external:
+            m["reward/external_mean"] = _mean([x for g in external for x in g.rewards])
+        n_tok = sum(len(s.token_ids) for group in samples for s in group)
+        n_seq = sum(len(group) for group in samples)
+        m["tokens/sampled"] = float(n_tok)
+        m["completions/mean_tokens"] = n_tok / max(1, n_seq)
+        m["completions/finished_frac"] = _mean([1.0 if s.finished else 0.0 for group in samples for s in group])
+        m["sampler/tok_per_s"] = n_tok / timer.seconds["sample"] if timer.seconds["sample"] > 0 else 0.0
+        m["sampler/backend_llamacpp"] = 1.0 if self._sampler.name == "llamacpp" else 0.0
+        for phase, secs in timer.seconds.items():
+            m[f"time/{phase}"] = secs
+        return m
+
+    def _save(self, r: int, metrics: dict[str, float], started: float) -> None:
+        state = CheckpointState(
+            round=r, model_id=self.policy.model_id, lora_rank=self.policy.lora_rank,
+            policy_version=self.policy.version,
+            extra={"metrics": metrics, "started": started, "shape": self.shape.__dict__.copy()},
+        )
+        self.checkpoints.save(state, self.policy.trainable_state_dict(), self.trainer.state_dict())
+
+    def _autoscale(self, seconds: float) -> None:
+        if not self.cfg.round.auto_scale:
+            return
+        target = self.cfg.round.target_round_seconds
+        limit = RoundShape(self.cfg.round.local_groups, self.cfg.round.external_groups, self.cfg.sampler.group_size)
+        before = dict(self.shape.__dict__)
+        if seconds > 1.5 * target and self.shape.shrink():
+            why = f"round took {seconds:.0f} s, target {target:.0f} s"
+        elif seconds < 0.4 * target and self.shape.grow(limit):
+            why = f"round took {seconds:.0f} s, well under {target:.0f} s"
+        else:
+            return
+        self.hooks.log("info", f"round size {before} -> {self.shape.__dict__}: {why}")
+
+    # --- control ------------------------------------------------------------------------
+    def set_threads(self, n: int) -> None:
+        n = n or _physical_cores()
+        torch.set_num_threads(n)
+        if self._sampler is not None:
+            self._sampler.set_threads(n)
+
+    @property
+    def sampler_name(self) -> str:
+        return self._sampler.name if self._sampler else ""
+
+    @property
+    def source(self):
+        return self._source
+
+    def close(self) -> None:
+        for part in (self._sampler, self._source):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception as e:  # closing must not mask the reason we are closing
+                    self.hooks.log("warning", f"while closing {type(part).__name__}: {e}")
+        if hasattr(self, "store"):
+            self.store.close()
+
+
+def resolve_model(cfg: NodeConfig) -> tuple[Path | None, Path | None, str]:
+    """(GGUF to train, GGUF whose tokenizer tiny-random borrows, why)."""
+    if cfg.model.gguf_path:
+        p = Path(cfg.model.gguf_path).expanduser()
+        if not p.is_file():
+            raise NodeError(f"model.gguf_path {p} does not exist")
+        return p, None, f"{p.name} (model.gguf_path)"
+    from sapo_core import modelfiles
+
+    if cfg.model.name == TINY_RANDOM:
+        return None, modelfiles.embedded_gguf_path(), "tiny-random (test model, random weights)"
+    return modelfiles.model_for_config(cfg)
+
+
+class _PhaseTimer:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - t0
+
+
+def _mean(xs: list[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else 0.0
+
+
+def _physical_cores() -> int:
+    import psutil
+
+    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+
+
+__all__ = ["Node", "NodeError", "RoundShape", "resolve_model", "mixed_seed"]

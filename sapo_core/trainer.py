@@ -1,0 +1,188 @@
+"""The GRPO update: K optimizer steps over a round's sequences, memory-bounded.
+
+- Old log-probs come from the first step's own forward pass: before the first optimizer
+  step the policy *is* the old policy, so detaching those log-probs costs nothing extra
+  (no separate pass), and external completions, which arrive as text without sampling
+  log-probs, get theirs the same way.
+- Sequences run in micro-batches with gradient accumulation; log-probs are computed only
+  at completion positions, chunk by chunk over the vocabulary (`grpo.token_logprobs`), so
+  the batch x length x vocabulary logits never exist at once.
+- The loss is the token-level mean over every completion token of the round's batch
+  (DAPO-style), so long and short completions weigh by their tokens.
+- With KL (beta > 0) the reference is the base model: the LoRA adapter switched off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+import torch
+
+from sapo_core import grpo
+from sapo_core.config import TrainConfig
+from sapo_core.hooks import RoundHooks
+from sapo_core.policy import Policy
+
+
+@dataclass
+class TrainSequence:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+    sample_logprobs: list[float] | None = None  # from our sampler; None for peers' completions
+
+
+@dataclass
+class _MicroBatch:
+    input_ids: torch.Tensor  # (B, L)
+    attention: torch.Tensor  # (B, L)
+    pred_rows: torch.Tensor  # (N,) flat index into (B*L) of hidden states predicting a completion token
+    targets: torch.Tensor  # (N,) the completion tokens
+    seq_of_token: torch.Tensor  # (N,) which row of the micro-batch each token belongs to
+    advantages: torch.Tensor  # (B,)
+    sample_logprobs: torch.Tensor  # (N,) NaN where unknown
+    n_tokens: int  # prompt + completion tokens processed
+
+
+def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> list[_MicroBatch]:
+    # Similar lengths together: less padding to compute (order inside a round is irrelevant).
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids))
+    out = []
+    for start in range(0, len(order), size):
+        part = [seqs[i] for i in order[start : start + size]]
+        length = max(len(s.prompt_ids) + len(s.completion_ids) for s in part)
+        ids = torch.full((len(part), length), pad_id, dtype=torch.long)
+        att = torch.zeros((len(part), length), dtype=torch.long)
+        rows, targets, owner, slp = [], [], [], []
+        for b, s in enumerate(part):
+            full = s.prompt_ids + s.completion_ids
+            ids[b, : len(full)] = torch.tensor(full)
+            att[b, : len(full)] = 1
+            p = len(s.prompt_ids)
+            # hidden state at position t predicts token t+1
+            rows.extend(b * length + t - 1 for t in range(p, len(full)))
+            targets.extend(s.completion_ids)
+            owner.extend([b] * len(s.completion_ids))
+            lp = s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * len(s.completion_ids)
+            slp.extend(lp)
+        out.append(_MicroBatch(
+            input_ids=ids, attention=att, pred_rows=torch.tensor(rows, dtype=torch.long),
+            targets=torch.tensor(targets, dtype=torch.long), seq_of_token=torch.tensor(owner, dtype=torch.long),
+            advantages=torch.tensor([s.advantage for s in part], dtype=torch.float32),
+            sample_logprobs=torch.tensor(slp, dtype=torch.float32), n_tokens=int(att.sum()),
+        ))
+    return out
+
+
+class Trainer:
+    def __init__(self, policy: Policy, cfg: TrainConfig, temperature: float = 1.0) -> None:
+        self.policy = policy
+        self.cfg = cfg
+        self.temperature = temperature  # the sampler's: ratios compare like with like
+        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate,
+                                           weight_decay=cfg.weight_decay)
+        self._ref_model = None
+        if cfg.kl_beta > 0 and not policy.lora:
+            import copy
+
+            self._ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False)
+
+    # --- log-probs ----------------------------------------------------------------------
+    def _token_logprobs(self, mb: _MicroBatch, body: torch.nn.Module, head: torch.Tensor) -> torch.Tensor:
+        hidden = body(input_ids=mb.input_ids, attention_mask=mb.attention).last_hidden_state  # (B, L, H)
+        flat = hidden.reshape(-1, hidden.shape[-1])  # (B*L, H)
+        return grpo.token_logprobs(flat[mb.pred_rows], head, mb.targets, self.cfg.logit_chunk, self.temperature)
+
+    def _reference_logprobs(self, mb: _MicroBatch) -> torch.Tensor:
+        with torch.no_grad():
+            if self._ref_model is not None:
+                return self._token_logprobs(mb, self._ref_model.model, self._ref_model.get_output_embeddings().weight)
+            with self.policy.model.disable_adapter():
+                return self._token_logprobs(mb, self.policy.body(), self.policy.head_weight())
+
+    # --- the update ---------------------------------------------------------------------
+    def update(self, seqs: list[TrainSequence], hooks: RoundHooks) -> dict[str, float]:
+        """K optimizer steps over `seqs`; returns namespaced figures for the store."""
+        seqs = [s for s in seqs if s.completion_ids]
+        if not seqs:
+            return {"train/steps": 0.0}
+        model = self.policy.model
+        model.train()
+        pad = self.policy.tokenizer.pad_token_id
+        mbs = _make_micro_batches(seqs, self.cfg.micro_batch_size, pad)
+        total_completion = sum(len(mb.targets) for mb in mbs)
+        old: list[torch.Tensor] = []
+        ref: list[torch.Tensor | None] = []
+        if self.cfg.kl_beta > 0:
+            ref = [self._reference_logprobs(mb) for mb in mbs]
+        sums = {"loss": 0.0, "kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "ratio": 0.0, "grad_norm": 0.0}
+        drift_sum, drift_n, tokens = 0.0, 0, 0
+        t0 = time.perf_counter()
+        steps = self.cfg.steps_per_round
+        for step in range(steps):
+            self.optimizer.zero_grad(set_to_none=True)
+            body, head = self.policy.body(), self.policy.head_weight()
+            for i, mb in enumerate(mbs):
+                hooks.checkpoint()
+                hooks.progress("update", step * len(mbs) + i, steps * len(mbs), step=step)
+                logp = self._token_logprobs(mb, body, head)  # (N,)
+                if step == 0:
+                    old.append(logp.detach())
+                    known = ~torch.isnan(mb.sample_logprobs)
+                    if known.any():
+                        drift_sum += float((mb.sample_logprobs[known] - old[i][known]).abs().sum())
+                        drift_n += int(known.sum())
+                adv = mb.advantages[mb.seq_of_token]  # (N,) each token carries its sequence's advantage
+                mask = torch.ones_like(logp)
+                # token-flat form of grpo.clipped_surrogate: N rows of length 1
+                loss_tok, st = grpo.clipped_surrogate(logp[:, None], old[i][:, None], adv, mask[:, None],
+                                                      self.cfg.epsilon_low, self.cfg.epsilon_high)
+                loss = loss_tok.sum()
+                if self.cfg.kl_beta > 0:
+                    kl = grpo.kl_k3(logp, ref[i], mask).sum()
+                    loss = loss + self.cfg.kl_beta * kl
+                    sums["kl"] += float(kl.detach()) / total_completion / steps
+                (loss / total_completion).backward()
+                n = len(mb.targets)
+                sums["loss"] += float(loss_tok.detach().sum()) / total_completion / steps
+                sums["clip_low"] += float(st.clipped_low) * n / total_completion / steps
+                sums["clip_high"] += float(st.clipped_high) * n / total_completion / steps
+                sums["ratio"] += float(st.ratio_mean) * n / total_completion / steps
+                tokens += mb.n_tokens
+            params = self.policy.trainable_parameters()
+            max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            sums["grad_norm"] += float(norm) / steps
+            self.optimizer.step()
+            self.policy.version += 1
+        model.eval()
+        seconds = time.perf_counter() - t0
+        out = {
+            "loss/policy": sums["loss"], "train/clip_low_frac": sums["clip_low"],
+            "train/clip_high_frac": sums["clip_high"], "train/ratio_mean": sums["ratio"],
+            "train/grad_norm": sums["grad_norm"], "train/steps": float(steps),
+            "train/sequences": float(len(seqs)), "train/completion_tokens": float(total_completion),
+            "train/tokens": float(tokens), "train/tok_per_s": tokens / seconds if seconds > 0 else 0.0,
+        }
+        if self.cfg.kl_beta > 0:
+            out["loss/kl"] = sums["kl"]
+        if drift_n:
+            out["sampler/logprob_drift"] = drift_sum / drift_n
+        return out
+
+    # --- checkpoint state ---------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+
+@contextlib.contextmanager
+def inference(policy: Policy):
+    """Eval mode and no autograd, for sampling with the policy's own model."""
+    policy.model.eval()
+    with torch.inference_mode():
+        yield
