@@ -115,8 +115,8 @@ def _cached(gguf_path: Path, cache_dir: Path, part: str, load_cached, convert) -
         atomic_write_bytes(tmp / "done.json", json.dumps({"source": str(gguf_path)}).encode())
         shutil.rmtree(where, ignore_errors=True)
         os.replace(tmp, where)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # no cache (read-only or full disk): slower next start
+    except (OSError, ValueError):
+        shutil.rmtree(tmp, ignore_errors=True)  # no cache (read-only, full disk): slower next start
     return obj
 
 
@@ -131,10 +131,18 @@ def load_base(gguf_path: Path, cache_dir: Path, dtype: torch.dtype = torch.float
     """(model, tokenizer) de-quantized from a GGUF, through the safetensors cache."""
     from transformers import AutoModelForCausalLM
 
+    def convert() -> Any:
+        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
+        # The weights are de-quantized already; the GGUF "quantizer" marker only blocks saving.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        return model
+
     tok = load_tokenizer(gguf_path, cache_dir)
     model = _cached(gguf_path, cache_dir, "model", lambda d: AutoModelForCausalLM.from_pretrained(d, dtype=dtype),
-                    lambda: AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
-                                                                 dtype=dtype))
+                    convert)
     return model.to(dtype), tok
 
 
