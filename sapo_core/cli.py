@@ -12,6 +12,7 @@ import sys
 
 # (subcommand, module, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
+    ("identity", "sapo_core.commands.identity", "show this node's identity, export it for backup, or import one"),
     ("run", "sapo_core.commands.run", "train: run rounds of SAPO on this machine"),
     ("hardware", "sapo_core.commands.hardware", "show what this machine has and which model fits"),
     ("doctor", "sapo_core.commands.doctor", "check this machine can run a node, with a fix for each problem"),

@@ -160,20 +160,69 @@ class RoundConfig:
 @dataclass(frozen=True)
 class SwarmConfig:
     enabled: bool = _help("Share rollouts with a swarm (false = train alone).", True)
-    swarm_name: str = _help("Name of the swarm; nodes with other names never mix.", "sapo-public")
-    initial_peers: list = _help("Multiaddrs of peers to join; empty hosts a new swarm.", [])
+    swarm_name: str = _help(
+        "Name of the swarm (letters, digits, '.', '_', '-'); nodes with other names never mix.", "sapo-public")
+    initial_peers: list = _help(
+        "Multiaddrs of peers to join, each ending in /p2p/<peer id> (a running node prints its own); "
+        "empty hosts a new swarm.", [])
     host_maddrs: list = _help("Addresses to listen on.", ["/ip4/0.0.0.0/tcp/0"])
-    announce_maddrs: list = _help("Addresses to tell peers (behind NAT).", [])
-    window_seconds: float = _help("Length of a DHT time window rounds publish into.", 120.0)
-    shards: int = _help("Key shards per window; readers fetch a bounded number of them.", 16)
-    shards_read: int = _help("Shards a node reads per window.", 2)
-    identity_path: str = _help("RSA key file of this node (default: in the data directory).", "")
+    announce_maddrs: list = _help("Addresses to tell peers (behind NAT; explicit ports, not 0).", [])
+    client_mode: bool = _help("Only ask the DHT, never serve it (for nodes peers cannot reach).", False)
+    window_seconds: float = _help(
+        "Length of the DHT time windows records are published into; readers read the current and the "
+        "previous one. Swarm-wide: nodes with another value never see each other.", 300.0)
+    shards: int = _help(
+        "Index shards per window. Swarm-wide: nodes with another value never see each other. About "
+        "swarm size / 20 keeps index reads small (docs/swarm.md).", 16)
+    shards_read: int = _help("Index shards a node reads first per window (more only if it finds too few peers).", 2)
+    records_per_gather: int = _help(
+        "Peers' records fetched and verified per round: bounds a gather whatever the swarm's size.", 6)
+    max_record_kib: int = _help("Largest record this node publishes per round, in KiB (hard limit 256).", 256)
+    replicas: int = _help("DHT nodes that store each of our values.", 5)
+    publish_timeout: float = _help("Seconds a round waits for its publish before going on.", 10.0)
+    gather_timeout: float = _help("Seconds a round waits for peers' groups before going on with what it has.", 10.0)
+    rpc_timeout: float = _help("Seconds before one DHT request counts as lost.", 3.0)
+    start_timeout: float = _help("Seconds the p2p daemon may take to start.", 30.0)
+    join_timeout: float = _help("Seconds to wait for initial peers to answer at start.", 5.0)
+    join_attempts: int = _help(
+        "Tries to reach the initial peers at start (the pause doubles between tries) before training "
+        "alone; retries go on in the background.", 3)
+    rejoin_min_seconds: float = _help("First pause before retrying initial peers that did not answer.", 2.0)
+    rejoin_max_seconds: float = _help("Longest pause between retries (the pause doubles up to this).", 120.0)
+    strikes_to_ignore: int = _help("Records holding junk (forged, tampered, malformed) before a peer is ignored.", 3)
+    ignore_minutes: float = _help("How long a peer that keeps sending junk is ignored.", 10.0)
+    identity_path: str = _help(
+        "RSA key file of this node (default: node.key in the data directory's identity folder).", "")
 
     def __post_init__(self) -> None:
-        _check(bool(self.swarm_name) and len(self.swarm_name) <= 64, "swarm.swarm_name", "must be 1..64 characters")
+        _check(bool(self.swarm_name) and len(self.swarm_name) <= 64
+               and all(c.isascii() and (c.isalnum() or c in "._-") for c in self.swarm_name),
+               "swarm.swarm_name", f"'{self.swarm_name}' must be 1..64 letters, digits, '.', '_' or '-'")
+        for addr in self.initial_peers:
+            _check(isinstance(addr, str) and addr.startswith("/") and "/p2p/" in addr, "swarm.initial_peers",
+                   f"'{addr}' is not a multiaddr ending in /p2p/<peer id>, e.g. "
+                   f"/ip4/203.0.113.5/tcp/31337/p2p/QmPeer...")
+        for addr in list(self.host_maddrs) + list(self.announce_maddrs):
+            _check(isinstance(addr, str) and addr.startswith("/"), "swarm.host_maddrs",
+                   f"'{addr}' is not a multiaddr such as /ip4/0.0.0.0/tcp/0")
+        for addr in self.announce_maddrs:
+            _check(not addr.rstrip("/").endswith(("/tcp/0", "/udp/0")), "swarm.announce_maddrs",
+                   f"'{addr}' needs an explicit port, not 0")
+        _check(bool(self.host_maddrs), "swarm.host_maddrs", "name at least one address to listen on")
         _check(self.window_seconds >= 5, "swarm.window_seconds", "must be at least 5")
         _check(1 <= self.shards <= 4096, "swarm.shards", "must be 1..4096")
         _check(1 <= self.shards_read <= self.shards, "swarm.shards_read", "must be 1..swarm.shards")
+        _check(1 <= self.records_per_gather <= 64, "swarm.records_per_gather", "must be 1..64")
+        _check(4 <= self.max_record_kib <= 256, "swarm.max_record_kib", "must be 4..256 (256 KiB is the hard limit)")
+        _check(1 <= self.replicas <= 20, "swarm.replicas", "must be 1..20")
+        for key in ("publish_timeout", "gather_timeout", "rpc_timeout", "start_timeout", "join_timeout",
+                    "rejoin_min_seconds"):
+            _check(getattr(self, key) > 0, f"swarm.{key}", "must be positive")
+        _check(self.rejoin_max_seconds >= self.rejoin_min_seconds, "swarm.rejoin_max_seconds",
+               "must be >= swarm.rejoin_min_seconds")
+        _check(1 <= self.join_attempts <= 20, "swarm.join_attempts", "must be 1..20")
+        _check(self.strikes_to_ignore >= 1, "swarm.strikes_to_ignore", "must be at least 1")
+        _check(self.ignore_minutes >= 0, "swarm.ignore_minutes", "must be >= 0")
 
 
 @dataclass(frozen=True)

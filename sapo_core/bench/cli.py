@@ -11,6 +11,7 @@ import importlib
 import sys
 
 BENCHMARKS: list[tuple[str, str]] = [
+    ("swarm", "publish/gather latency p50/p95 and bytes per round of N light peers on loopback"),
     ("training", "GRPO-update tokens/s against a plain forward+backward; peak node memory"),
 ]
 

@@ -1,0 +1,16 @@
+"""The swarm: share rollouts over a hivemind DHT with no coordinator, signed and never trusted blindly.
+
+- `identity`: the node's persistent RSA key, its peer id and readable name.
+- `keys`: DHT time windows, per-peer record keys and the sharded index.
+- `records`: the versioned msgpack wire format, its limits and `fit_record`.
+- `validation`: the DHT's validator chain (signature, then schema and key binding).
+- `verify`: checks on receipt (regenerate, compare, re-score, filter) and peer reputation.
+- `dht`: the `DHTNode` in its own thread, joining with retries.
+- `source`: `RolloutSource` (what the node uses), `NoSwarm`, `DhtRolloutSource`, `open_swarm`.
+
+docs/swarm.md explains the design and the arithmetic for 10,000 nodes.
+"""
+
+from sapo_core.swarm.source import DhtRolloutSource, NoSwarm, RolloutSource, open_swarm
+
+__all__ = ["DhtRolloutSource", "NoSwarm", "RolloutSource", "open_swarm"]

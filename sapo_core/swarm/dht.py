@@ -1,0 +1,282 @@
+"""A hivemind `DHTNode` in its own thread and asyncio loop inside the node process.
+
+Why not `hivemind.DHT`: that front-end forks a child and talks to it over a pipe that dies on
+values above a few KB (FACTS.md; rl-swarm issues #102, #227). Driving `DHTNode` directly has
+no such pipe. The round loop is synchronous, so every call here blocks with a timeout and
+raises `SwarmTimeout` instead of hanging a round.
+
+Joining: with `initial_peers`, the node pings them at start; if none answers it logs a clear
+message, keeps working alone (publishing into its own DHT) and retries in the background with
+exponential backoff, also whenever it later loses every peer. Without `initial_peers` it
+hosts a new swarm and logs the addresses others join with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Awaitable, Callable, Mapping, Sequence
+
+from sapo_core.config import SwarmConfig
+from sapo_core.swarm.identity import NodeIdentity
+from sapo_core.swarm.keys import KeySpace
+from sapo_core.swarm.validation import ReasonCounter, make_validators
+
+LogFn = Callable[[str, str], None]  # (level, message)
+
+
+class SwarmError(RuntimeError):
+    """The swarm could not start; the text says why and what to change."""
+
+
+class SwarmTimeout(TimeoutError):
+    """A DHT call took longer than its timeout (the round goes on without it)."""
+
+
+class SwarmDHT:
+    """Owns the event loop thread, the DHTNode (and its p2pd child) and the rejoin task."""
+
+    def __init__(self, cfg: SwarmConfig, identity: NodeIdentity, keyspace: KeySpace,
+                 dht_rejections: ReasonCounter, log: LogFn) -> None:
+        self.cfg = cfg
+        self.identity = identity
+        self.keyspace = keyspace
+        self.dht_rejections = dht_rejections
+        self._log = log
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="sapo-swarm-dht", daemon=True)
+        self._node: Any = None
+        self._rejoin_task: asyncio.Task | None = None
+        self._closed = False
+        self.visible_maddrs: list[str] = []
+        self._hivemind_key = identity.hivemind_key()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def start(self) -> None:
+        """Start p2pd and the DHT node; SwarmError with a readable reason if that fails."""
+        self._thread.start()
+        try:
+            self._call(self._create(), timeout=self.cfg.start_timeout + 2 * self.cfg.join_timeout + 30)
+        except SwarmTimeout:
+            self.close()
+            raise SwarmError(f"the DHT did not start within {self.cfg.start_timeout:.0f} s; is the "
+                             f"machine overloaded? Raise swarm.start_timeout or retry") from None
+        except Exception as e:
+            self.close()
+            text = str(e)
+            if "already taken" in text:
+                raise SwarmError(
+                    f"another running node already uses the identity {self.identity.path} "
+                    f"({self.identity.name}). Stop it, or give this node its own identity "
+                    f"(swarm.identity_path)") from None
+            raise SwarmError(f"the swarm's DHT did not start: {type(e).__name__}: {e}") from None
+
+    async def _create(self) -> None:
+        from hivemind.dht.node import DHTNode
+        from hivemind.dht.routing import DHTID
+        from hivemind.dht.validation import CompositeValidator
+
+        validator = CompositeValidator(make_validators(self._hivemind_key, self.keyspace,
+                                                       self.dht_rejections))
+        kwargs: dict[str, Any] = dict(
+            node_id=DHTID.generate(source=self.identity.peer_id),  # stable across restarts, as the peer id
+            initial_peers=list(self.cfg.initial_peers) or None,
+            host_maddrs=list(self.cfg.host_maddrs),
+            identity_path=str(self.identity.path),
+            # p2pd checks a reused identity is not running elsewhere (one more daemon start);
+            # a key made just now cannot be
+            check_if_identity_free=not self.identity.fresh,
+            record_validator=validator,
+            client_mode=self.cfg.client_mode,
+            num_replicas=self.cfg.replicas,
+            wait_timeout=self.cfg.rpc_timeout,
+            bootstrap_timeout=self.cfg.join_timeout,
+            ensure_bootstrap_success=False,  # no answer: train alone and retry (below)
+            startup_timeout=self.cfg.start_timeout,
+        )
+        if self.cfg.announce_maddrs:
+            kwargs["announce_maddrs"] = list(self.cfg.announce_maddrs)
+        self._node = await self._create_joined(DHTNode, kwargs)
+        try:
+            self.visible_maddrs = [str(m) for m in await self._node.get_visible_maddrs()]
+        except ValueError:
+            self.visible_maddrs = []
+        if self.cfg.initial_peers:
+            if self.num_peers() > 0:
+                self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
+            self._rejoin_task = asyncio.create_task(self._keep_joined())
+        else:
+            self._log("info", f"hosting a new swarm '{self.cfg.swarm_name}'; others join with "
+                              f"--initial-peers {self.best_maddr() or '(no address found)'}")
+
+    async def _create_joined(self, node_cls: Any, kwargs: dict[str, Any]) -> Any:
+        """DHTNode.create with the initial peers, retried with backoff; alone if none answers.
+
+        p2pd refuses to start when no bootstrap peer answers ("failed to connect to bootstrap
+        peers"), and a started node may still find none of them answering its ping.
+        """
+        peers = ", ".join(self.cfg.initial_peers)
+        delay = self.cfg.rejoin_min_seconds
+        for attempt in range(1, self.cfg.join_attempts + 1 if self.cfg.initial_peers else 1):
+            try:
+                node = await node_cls.create(**kwargs)
+            except Exception as e:
+                if "bootstrap" not in str(e):
+                    raise
+            else:
+                if self.num_peers_of(node) > 0:
+                    return node
+                await node.shutdown()
+            if attempt < self.cfg.join_attempts:
+                self._log("warning", f"no peer answered at {peers} (attempt {attempt}/{self.cfg.join_attempts}); "
+                                     f"retrying in {delay:.0f} s")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.cfg.rejoin_max_seconds)
+        if self.cfg.initial_peers:
+            self._log("warning", f"no peer answered at {peers}: check the address and that the peer is running. "
+                                 f"Training alone meanwhile; retrying with backoff")
+        alone = dict(kwargs, initial_peers=None, check_if_identity_free=False)
+        return await node_cls.create(**alone)
+
+    @staticmethod
+    def num_peers_of(node: Any) -> int:
+        return len(node.protocol.routing_table.uid_to_peer_id)
+
+    def best_maddr(self) -> str:
+        """The address to hand out: not loopback if another exists."""
+        public = [m for m in self.visible_maddrs if "/127.0.0.1/" not in m and "/::1/" not in m]
+        return (public or self.visible_maddrs or [""])[0]
+
+    async def _keep_joined(self) -> None:
+        """While we have no peer, dial and ping the initial peers with exponential backoff."""
+        from hivemind.p2p import PeerID
+        from hivemind.utils.multiaddr import Multiaddr
+
+        delay = self.cfg.rejoin_min_seconds
+        while not self._closed:
+            if self.num_peers() > 0:
+                delay = self.cfg.rejoin_min_seconds
+                await asyncio.sleep(self.cfg.rejoin_min_seconds * 4)
+                continue
+            await asyncio.sleep(delay)
+            for maddr in self.cfg.initial_peers:
+                try:
+                    peer = PeerID.from_base58(Multiaddr(maddr)["p2p"])
+                    # p2pd's connect wants the transport address without the /p2p/ part
+                    transport = Multiaddr(maddr).decapsulate(Multiaddr(f"/p2p/{peer.to_base58()}"))
+                    await asyncio.wait_for(self._node.p2p._client.connect(peer, [transport]),
+                                           self.cfg.rpc_timeout)
+                    if await self._node.protocol.call_ping(peer) is not None:
+                        await asyncio.wait_for(self._node.find_nearest_nodes([self._node.node_id]),
+                                               self.cfg.join_timeout)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # unreachable peers are the normal case here
+                    continue
+                if self.num_peers() > 0:
+                    self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {maddr}")
+                    break
+            else:
+                if delay < self.cfg.rejoin_max_seconds:  # say it while the pause grows, then stay quiet
+                    delay = min(delay * 2, self.cfg.rejoin_max_seconds)
+                    self._log("warning", f"still no peer answers; next try in {delay:.0f} s")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            try:
+                self._call(self._shutdown(), timeout=15)
+            except Exception as e:  # closing must not raise: p2pd is reaped when we exit anyway
+                self._log("warning", f"swarm shutdown was not clean: {type(e).__name__}: {e}")
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    async def _shutdown(self) -> None:
+        if self._rejoin_task is not None:
+            self._rejoin_task.cancel()
+        if self._node is not None:
+            await self._node.shutdown()
+        # hivemind leaves background tasks (routing refresh, cache refresh): end them here
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.wait(others, timeout=5) if others else None
+
+    # --- blocking calls -------------------------------------------------------------------
+
+    def _call(self, coro: Awaitable[Any], timeout: float) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise SwarmTimeout(f"DHT call took more than {timeout:.1f} s") from None
+
+    def num_peers(self) -> int:
+        """DHT peers in our routing table (read from any thread: a dict's len is atomic)."""
+        node = self._node
+        return 0 if node is None else self.num_peers_of(node)
+
+    def store(self, items: Sequence[tuple[str, bytes, float]], timeout: float) -> dict[str, bool]:
+        """Store (key, payload, expiration) items under our owner subkey; key -> stored somewhere."""
+        from sapo_core.swarm.validation import owner_tag
+
+        subkey = owner_tag(self._hivemind_key.get_public_key().to_bytes())
+        keys = [k for k, _, _ in items]
+
+        async def run() -> dict[str, bool]:
+            ok = await self._node.store_many(keys, [v for _, v, _ in items], [e for _, _, e in items],
+                                             subkeys=[subkey] * len(items))
+            return {k: bool(ok.get((k, subkey), False)) for k in keys}
+
+        return self._call(run(), timeout)
+
+    def get_many(self, keys: Sequence[str], timeout: float, newer_than: Mapping[str, float] | None = None,
+                 beam_size: int | None = None) -> dict[str, dict[bytes, tuple[bytes, float]]]:
+        """key -> {owner subkey: (payload, expiration)} for keys found within `timeout`.
+
+        A key in `newer_than` is searched until a value expiring at or after that time turns up
+        (a record whose index entry we hold: stop at the first copy that new); other keys until
+        their neighbourhood is visited (latest values, dictionaries merged across replicas).
+        `beam_size` bounds how many nodes near a key a search visits. Values come validated by
+        our chain. Keys still searching at the deadline are given up: a slow part of the swarm
+        costs its keys, not the round.
+        """
+        if not keys:
+            return {}
+        newer_than = newer_than or {}
+        by_time: dict[float, list[str]] = {}
+        for key in keys:
+            by_time.setdefault(newer_than.get(key, float("inf")), []).append(key)
+        extra = {} if beam_size is None else {"beam_size": beam_size}
+
+        async def run() -> dict[str, dict[bytes, tuple[bytes, float]]]:
+            futures: dict[str, Any] = {}
+            for sufficient, group in by_time.items():
+                futures.update(await self._node.get_many(group, sufficient_expiration_time=sufficient,
+                                                         return_futures=True, **extra))
+            _, pending = await asyncio.wait(list(futures.values()), timeout=timeout)
+            for f in pending:
+                f.cancel()
+            out: dict[str, dict[bytes, tuple[bytes, float]]] = {}
+            for key, future in futures.items():
+                if future in pending or future.cancelled() or future.exception() is not None:
+                    continue
+                item = future.result()
+                if item is None or not isinstance(item.value, dict):
+                    continue
+                out[key] = {sub: (v.value, v.expiration_time) for sub, v in item.value.items()
+                            if isinstance(v.value, bytes)}
+            return out
+
+        return self._call(run(), timeout + 5)

@@ -1,0 +1,263 @@
+"""What peers exchange: a round's record and its index entry, as compact, versioned msgpack.
+
+A record is text only (the paper shares decoded text): for each group the question's id, its
+text and answer as the sender saw them, and the completions. No rewards, token ids or
+log-probs -- the receiver regenerates the question from its id, re-scores every completion
+with its own rewards and re-tokenises with its own tokenizer (verify.py).
+
+Decoding is strict and bounded: a size limit before anything is parsed, msgpack's own
+length limits while parsing, then a schema check; every failure is a `RecordError` with a
+short `reason` that the caller counts (never another exception type). `fit_record` cuts a
+round's groups to the size limit before publishing -- groups with a learning signal first,
+whole groups dropped, never text truncated (a cut completion would score differently).
+
+Wire format (msgpack maps with short keys):
+  record: {v, p, k:"rec", s: swarm, w: window, id: peer id, r: round,
+           g: [[dataset, config digest, seed, index, question text, answer, [completion, ...]], ...]}
+  index:  {v, p, k:"idx", s, w, sh: shard, id, r, n: groups, ns: groups with signal, b: record bytes}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import msgpack
+
+from sapo_core.rollouts import Group, QuestionId
+from sapo_core.swarm.keys import PROTOCOL_VERSION
+
+FORMAT_VERSION = 1
+MAX_RECORD_BYTES = 256 * 1024  # hard limit of one round's record (the issue's figure)
+MAX_INDEX_BYTES = 1024
+MAX_GROUPS = 64
+MAX_COMPLETIONS = 64  # SamplerConfig.group_size's upper bound
+MAX_TEXT_CHARS = 32 * 1024  # one question or one completion
+MAX_ANSWER_CHARS = 4096
+MAX_NAME_CHARS = 128  # dataset, config digest, swarm name, peer id
+_INT64 = 2**63
+
+
+class RecordError(ValueError):
+    """A payload we refuse; `reason` is the counter it goes to (malformed, oversized, ...)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class WireGroup:
+    """A group as a peer sent it: nothing here is trusted until verify.py has checked it."""
+
+    question_id: QuestionId
+    text: str
+    answer: str
+    completions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Record:
+    swarm: str
+    window: int
+    peer_id: str
+    round: int
+    groups: tuple[WireGroup, ...]
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    swarm: str
+    window: int
+    shard: int
+    peer_id: str
+    round: int
+    groups: int
+    signal_groups: int  # as the sender scored them: a hint for choosing, never believed
+    record_bytes: int
+
+
+# --- encoding ---------------------------------------------------------------------------------
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _wire_group(g: WireGroup) -> list:
+    q = g.question_id
+    return [q.dataset, q.config_digest, q.seed, q.index, g.text, g.answer, list(g.completions)]
+
+
+def encode_record(record: Record) -> bytes:
+    return _pack({
+        "v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "rec", "s": record.swarm, "w": record.window,
+        "id": record.peer_id, "r": record.round, "g": [_wire_group(g) for g in record.groups],
+    })
+
+
+def encode_index(entry: IndexEntry) -> bytes:
+    return _pack({
+        "v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "idx", "s": entry.swarm, "w": entry.window,
+        "sh": entry.shard, "id": entry.peer_id, "r": entry.round, "n": entry.groups,
+        "ns": entry.signal_groups, "b": entry.record_bytes,
+    })
+
+
+def wire_group_of(group: Group) -> WireGroup:
+    q = group.question
+    return WireGroup(q.id, q.text, q.answer, tuple(c.text for c in group.completions))
+
+
+@dataclass(frozen=True)
+class FittedRecord:
+    record: Record
+    payload: bytes
+    signal_groups: int
+    dropped_groups: int
+    dropped_completions: int
+
+
+def fit_record(swarm: str, window: int, peer_id: str, round: int, groups: Sequence[Group],
+               max_bytes: int = MAX_RECORD_BYTES) -> FittedRecord:
+    """The largest record of these groups that encodes within `max_bytes`.
+
+    Groups with a learning signal go first (peers drop the others anyway); whole groups are
+    added while they fit; a group too large on its own keeps the completions that fit if at
+    least two do (GRPO needs two). Completions or questions over the schema's limits are left
+    out, so what we publish always decodes on the other side.
+    """
+    max_bytes = min(max_bytes, MAX_RECORD_BYTES)
+    ordered = sorted(groups, key=lambda g: not g.has_signal())[:MAX_GROUPS]
+    dropped_groups, dropped_completions = len(groups) - len(ordered), 0
+    kept: list[WireGroup] = []
+    signal = 0
+
+    def size(gs: list[WireGroup]) -> int:
+        return len(encode_record(Record(swarm, window, peer_id, round, tuple(gs))))
+
+    for group in ordered:
+        wire = wire_group_of(group)
+        ok_texts = tuple(c for c in wire.completions[:MAX_COMPLETIONS] if len(c) <= MAX_TEXT_CHARS)
+        if (len(ok_texts) < 2 or len(wire.text) > MAX_TEXT_CHARS or len(wire.answer) > MAX_ANSWER_CHARS
+                or not _name_ok(wire.question_id.dataset) or not _name_ok(wire.question_id.config_digest)):
+            dropped_groups += 1
+            dropped_completions += len(wire.completions)
+            continue
+        dropped_completions += len(wire.completions) - len(ok_texts)
+        wire = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts)
+        if size(kept + [wire]) <= max_bytes:
+            kept.append(wire)
+            signal += group.has_signal()
+            continue
+        n = len(ok_texts)
+        while n > 2 and size(kept + [WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n])]) > max_bytes:
+            n -= 1
+        cut = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n])
+        if n >= 2 and size(kept + [cut]) <= max_bytes:
+            kept.append(cut)
+            dropped_completions += len(ok_texts) - n
+            # A cut group's signal is unknown (its rewards were for all completions); not counted.
+        else:
+            dropped_groups += 1
+            dropped_completions += len(ok_texts)
+    record = Record(swarm, window, peer_id, round, tuple(kept))
+    return FittedRecord(record, encode_record(record), signal, dropped_groups, dropped_completions)
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+def _unpack(payload: Any, max_bytes: int) -> dict:
+    if not isinstance(payload, (bytes, bytearray)):
+        raise RecordError("malformed", f"payload is {type(payload).__name__}, not bytes")
+    if len(payload) > max_bytes:
+        raise RecordError("oversized", f"{len(payload)} bytes > {max_bytes}")
+    try:
+        obj = msgpack.unpackb(
+            payload, raw=False, strict_map_key=True, use_list=True, max_str_len=MAX_TEXT_CHARS * 4,
+            max_bin_len=0, max_array_len=max(MAX_GROUPS, MAX_COMPLETIONS, 8), max_map_len=16, max_ext_len=0,
+        )
+    except Exception as e:  # msgpack raises many types (ExtraData, ValueError, UnicodeDecodeError...)
+        raise RecordError("malformed", f"not msgpack: {type(e).__name__}") from None
+    if not isinstance(obj, dict):
+        raise RecordError("malformed", "not a map")
+    return obj
+
+
+def _header(obj: dict, kind: str, swarm: str) -> None:
+    if obj.get("v") != FORMAT_VERSION or obj.get("p") != PROTOCOL_VERSION:
+        raise RecordError("wrong_version", f"format {obj.get('v')!r} protocol {obj.get('p')!r}")
+    if obj.get("k") != kind:
+        raise RecordError("malformed", f"kind {obj.get('k')!r}, expected {kind}")
+    if obj.get("s") != swarm:
+        raise RecordError("wrong_swarm", f"swarm {str(obj.get('s'))[:MAX_NAME_CHARS]!r}")
+
+
+def _int(obj: dict, key: str, low: int = -_INT64, high: int = _INT64 - 1) -> int:
+    v = obj.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+        raise RecordError("malformed", f"field {key} is not an integer in range")
+    return v
+
+
+def _name_ok(v: Any) -> bool:
+    return isinstance(v, str) and 0 < len(v) <= MAX_NAME_CHARS
+
+
+def _name(obj: dict, key: str) -> str:
+    v = obj.get(key)
+    if not _name_ok(v):
+        raise RecordError("malformed", f"field {key} is not a short string")
+    return v
+
+
+def _group(raw: Any) -> WireGroup:
+    if not isinstance(raw, list) or len(raw) != 7:
+        raise RecordError("malformed", "a group is not a 7-item list")
+    dataset, digest, seed, index, text, answer, completions = raw
+    if not (_name_ok(dataset) and _name_ok(digest)):
+        raise RecordError("malformed", "bad dataset or config digest")
+    for v in (seed, index):
+        if not isinstance(v, int) or isinstance(v, bool) or not -_INT64 <= v < _INT64:
+            raise RecordError("malformed", "bad seed or index")
+    if not isinstance(text, str) or len(text) > MAX_TEXT_CHARS:
+        raise RecordError("malformed", "bad question text")
+    if not isinstance(answer, str) or len(answer) > MAX_ANSWER_CHARS:
+        raise RecordError("malformed", "bad answer")
+    if not isinstance(completions, list) or not 2 <= len(completions) <= MAX_COMPLETIONS:
+        raise RecordError("malformed", "a group needs 2..64 completions")
+    if not all(isinstance(c, str) and len(c) <= MAX_TEXT_CHARS for c in completions):
+        raise RecordError("malformed", "bad completion")
+    return WireGroup(QuestionId(dataset, digest, seed, index), text, answer, tuple(completions))
+
+
+def decode_record(payload: Any, swarm: str, max_bytes: int = MAX_RECORD_BYTES) -> Record:
+    obj = _unpack(payload, min(max_bytes, MAX_RECORD_BYTES))
+    _header(obj, "rec", swarm)
+    groups = obj.get("g")
+    if not isinstance(groups, list) or len(groups) > MAX_GROUPS:
+        raise RecordError("malformed", "groups missing or too many")
+    return Record(swarm, _int(obj, "w"), _name(obj, "id"), _int(obj, "r", 0),
+                  tuple(_group(g) for g in groups))
+
+
+def decode_index(payload: Any, swarm: str) -> IndexEntry:
+    obj = _unpack(payload, MAX_INDEX_BYTES)
+    _header(obj, "idx", swarm)
+    return IndexEntry(
+        swarm, _int(obj, "w"), _int(obj, "sh", 0, 1 << 20), _name(obj, "id"), _int(obj, "r", 0),
+        _int(obj, "n", 0, MAX_GROUPS), _int(obj, "ns", 0, MAX_GROUPS), _int(obj, "b", 0, MAX_RECORD_BYTES),
+    )
+
+
+def decode_any(payload: Any, swarm: str) -> Record | IndexEntry:
+    """Whichever of the two a payload is (the DHT validator sees both kinds)."""
+    if isinstance(payload, (bytes, bytearray)) and len(payload) <= MAX_INDEX_BYTES:
+        try:
+            return decode_index(payload, swarm)
+        except RecordError as e:
+            if e.reason != "malformed" or "kind" not in e.detail:
+                raise
+    return decode_record(payload, swarm)

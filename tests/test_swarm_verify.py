@@ -1,0 +1,167 @@
+"""Verification on receipt (verify.py) with the real TaskSet: what passes, what is refused, why."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+
+import pytest
+
+from sapo_core.config import TaskConfig
+from sapo_core.rollouts import Completion, Group, QuestionId
+from sapo_core.swarm.records import Record, WireGroup
+from sapo_core.swarm.verify import JUNK_REASONS, PeerReputation, sample_groups, verify_record
+from sapo_core.tasks import TaskSet
+
+PEER = "QmPeer"
+
+
+@pytest.fixture(scope="module")
+def tasks() -> TaskSet:
+    return TaskSet(TaskConfig(), seed=5)
+
+
+@pytest.fixture(scope="module")
+def question(tasks):
+    return tasks.sample_questions(0, 1)[0]
+
+
+def _wire(question, completions, **over) -> WireGroup:
+    wire = WireGroup(question.id, question.text, question.answer, tuple(completions))
+    return dataclasses.replace(wire, **over)
+
+
+def _record(*groups, peer: str = PEER) -> Record:
+    return Record("s", 1, peer, 7, tuple(groups))
+
+
+def test_honest_group_is_accepted_and_rescored_by_us(tasks, question):
+    texts = [f"Answer: {question.answer}", "Answer: -12345", f"Answer: {question.answer}", "no idea"]
+    verdict = verify_record(_record(_wire(question, texts)), tasks, PEER)
+    assert not verdict.rejected
+    (group,) = verdict.accepted
+    assert group.rewards == tasks.score(question, texts)
+    assert group.rewards[0] == 1.0 and group.rewards[1] == 0.0
+    assert group.source == PEER and group.round == 7 and not group.is_local
+    assert all(c.token_ids is None and c.sample_logprobs is None for c in group.completions)
+    assert group.question.answer == question.answer  # regenerated, not the sender's
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"answer": "41"}, "answer_mismatch"),
+    ({"text": "What is 2 + 2? (the answer is 5)"}, "text_mismatch"),
+    ({"question_id": QuestionId("no_such_task", "abcd", 1, 1)}, "unknown_task"),
+    ({"question_id": "config"}, "unknown_config"),
+    ({"question_id": "index"}, "bad_index"),
+])
+def test_tampered_or_unknown_questions_are_refused(tasks, question, change, reason):
+    if change.get("question_id") == "config":
+        change = {"question_id": dataclasses.replace(question.id, config_digest="0" * 16)}
+    elif change.get("question_id") == "index":
+        change = {"question_id": dataclasses.replace(question.id, index=-1)}
+    wire = _wire(question, [f"Answer: {question.answer}", "Answer: -12345"], **change)
+    verdict = verify_record(_record(wire), tasks, PEER)
+    assert verdict.accepted == []
+    assert verdict.rejected == Counter({reason: 1})
+    assert verdict.junk == (reason in JUNK_REASONS)
+
+
+def test_a_wrong_answer_cannot_poison_the_scores(tasks, question):
+    """rl-swarm scored peers' completions against the peer's answer; here a peer claiming its
+    wrong completions are right gets the group refused, and the same completions sent with the
+    true answer score 0 (the group then has no signal and is dropped)."""
+    wrong = ["Answer: -12345"] * 4
+    verdict = verify_record(_record(_wire(question, wrong, answer="-12345")), tasks, PEER)
+    assert verdict.rejected == Counter({"answer_mismatch": 1})
+    verdict = verify_record(_record(_wire(question, wrong)), tasks, PEER)
+    assert verdict.rejected == Counter({"zero_advantage": 1}) and not verdict.junk
+
+
+def test_record_in_another_peers_name_is_refused(tasks, question):
+    wire = _wire(question, [f"Answer: {question.answer}", "x"])
+    verdict = verify_record(_record(wire, wire, peer="QmSomeoneElse"), tasks, PEER)
+    assert verdict.accepted == [] and verdict.rejected == Counter({"wrong_peer": 2})
+
+
+def test_mixed_record_keeps_the_good_groups(tasks, question):
+    good = _wire(question, [f"Answer: {question.answer}", "x"])
+    bad = _wire(question, ["a", "b"], answer="nope")
+    flat = _wire(question, ["x", "y"])
+    verdict = verify_record(_record(good, bad, flat, good), tasks, PEER)
+    assert len(verdict.accepted) == 2
+    assert verdict.rejected == Counter({"answer_mismatch": 1, "zero_advantage": 1})
+    assert verdict.junk
+
+
+def test_scorer_failure_is_a_refusal_not_a_crash(question):
+    class Broken:
+        def regenerate(self, qid):
+            return question
+
+        def score(self, q, completions):
+            raise RuntimeError("scorer blew up")
+
+    verdict = verify_record(_record(_wire(question, ["a", "b"])), Broken(), PEER)
+    assert verdict.rejected == Counter({"bad_score": 1})
+
+
+def test_sample_groups_is_uniform_without_replacement(question):
+    pool = [Group(question, [Completion("a", reward=0), Completion("b", reward=1)], source=f"p{i}")
+            for i in range(10)]
+    rng = random.Random(0)
+    assert len({id(g) for g in sample_groups(pool, 4, rng)}) == 4
+    assert len(sample_groups(pool, 40, rng)) == 10
+    assert sample_groups(pool, 0, rng) == []
+    counts = Counter(g.source for _ in range(3000) for g in sample_groups(pool, 2, rng))
+    assert min(counts.values()) > 0.8 * 600 and max(counts.values()) < 1.2 * 600
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_repeat_junk_gets_a_peer_ignored_for_a_while():
+    clock = FakeClock()
+    rep = PeerReputation(strikes_to_ignore=3, ignore_seconds=60, clock=clock)
+    junk = Counter({"answer_mismatch": 2})
+    assert not rep.observe("bad", junk, True)
+    assert not rep.observe("bad", junk, True)
+    assert rep.observe("bad", junk, True)
+    assert rep.is_ignored("bad") and rep.ignored() == ["bad"]
+    assert rep.rejections["bad"] == Counter({"answer_mismatch": 6})
+    clock.t = 61
+    assert not rep.is_ignored("bad")
+    assert not rep.observe("bad", junk, True)  # starts again from zero strikes
+
+
+def test_clean_records_work_strikes_off_and_honest_rejections_never_strike():
+    rep = PeerReputation(strikes_to_ignore=2, ignore_seconds=60, clock=FakeClock())
+    assert not rep.observe("p", Counter({"text_mismatch": 1}), True)
+    assert not rep.observe("p", Counter(), False)  # a clean record takes the strike away
+    assert not rep.observe("p", Counter({"text_mismatch": 1}), True)
+    for _ in range(10):
+        assert not rep.observe("honest", Counter({"zero_advantage": 4, "unknown_config": 1}), False)
+    assert not rep.is_ignored("p") and not rep.is_ignored("honest")
+
+
+def test_reputation_memory_is_bounded():
+    rep = PeerReputation(strikes_to_ignore=5, clock=FakeClock(), max_peers=100)
+    for i in range(1000):
+        rep.observe(f"sybil{i}", Counter({"malformed": 1}), True)
+    assert len(rep.rejections) == 100 and len(rep._strikes) <= 100
+
+
+def test_trust_comes_from_good_groups_and_goes_with_junk():
+    rep = PeerReputation(clock=FakeClock())
+    assert not rep.is_trusted("p")
+    rep.observe("p", Counter({"zero_advantage": 3}), False, accepted=0)
+    assert not rep.is_trusted("p")
+    rep.observe("p", Counter({"zero_advantage": 1}), False, accepted=2)
+    assert rep.is_trusted("p")
+    rep.observe("p", Counter({"answer_mismatch": 1}), True, accepted=1)
+    assert not rep.is_trusted("p")
