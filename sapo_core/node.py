@@ -105,11 +105,12 @@ class Node:
         self.policy = load_policy(cfg.model, gguf, paths.cache_dir() / "hf", seed=cfg.seed,
                                   tokenizer_gguf=tokenizer_gguf)
         self.trainer = Trainer(self.policy, cfg.train, temperature=cfg.sampler.temperature)
-        self._resume()
-        self._write_config_snapshot()
         self._source = self._open_source()
         identity = getattr(self._source, "node_id", "alone") if self._source else "alone"
+        # nodes of one swarm must not all draw the same questions: the seed mixes in the identity
         self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity))
+        self._resume()
+        self._write_config_snapshot()
         self._sampler, self._sampler_reason = make_sampler(cfg.sampler, self.policy, paths.cache_dir())
         self._sampler.set_threads(threads)
         self._sampler.sync_policy(self.policy)
@@ -142,6 +143,8 @@ class Node:
         shape = state.extra.get("shape")
         if shape:
             self.shape = RoundShape(**shape)
+        if "tasks" in state.extra:
+            self.tasks.load_state_dict(state.extra["tasks"])
         if not self.store.has_round(state.round) and "metrics" in state.extra:
             # the crash fell between the checkpoint and the store row: restore the row
             self.store.record_round(state.round, state.extra["metrics"], state.extra.get("started", time.time()))
@@ -180,6 +183,10 @@ class Node:
                 for c, reward in zip(comps, self.tasks.score(q, [c.text for c in comps])):
                     c.reward = float(reward)
                 local.append(Group(question=q, completions=comps, source="local", round=r))
+            for g in local:  # the curriculum follows our own accuracy
+                change = self.tasks.observe(g)
+                if change is not None:
+                    hooks.log("info", f"curriculum: {change}")
 
         # 3. share our groups with the swarm, 4. gather J verified groups from peers
         external: list[Group] = []
@@ -269,6 +276,8 @@ class Node:
             "round/external_groups": float(self.shape.external),
             "round/group_size": float(self.shape.group_size),
         }
+        for task in self.tasks.datasets:
+            m[f"curriculum/{task}_level"] = float(self.tasks.curriculum.level(task))
         for task, xs in per_task.items():
             m[f"reward/{task}"] = _mean(xs)
             m[f"accuracy/{task}"] = _mean([1.0 if x >= 1.0 else 0.0 for x in xs])
@@ -289,7 +298,8 @@ class Node:
         state = CheckpointState(
             round=r, model_id=self.policy.model_id, lora_rank=self.policy.lora_rank,
             policy_version=self.policy.version,
-            extra={"metrics": metrics, "started": started, "shape": self.shape.__dict__.copy()},
+            extra={"metrics": metrics, "started": started, "shape": self.shape.__dict__.copy(),
+                   "tasks": self.tasks.state_dict()},
         )
         self.checkpoints.save(state, self.policy.trainable_state_dict(), self.trainer.state_dict())
 
