@@ -213,7 +213,8 @@ class DhtRolloutSource:
         """peer -> (newest index entry, its expiration) over the current and previous windows.
 
         Shards in a random order, in batches that double (k, k, 2k, ...) until enough usable
-        peers turned up, the shards run out or the deadline passes.
+        peers turned up, every peer in our routing table did, the shards run out or the
+        deadline passes.
         """
         windows = self.keyspace.readable_windows(self._clock())
         order = rng.sample(range(self.keyspace.shards), self.keyspace.shards)
@@ -224,6 +225,8 @@ class DhtRolloutSource:
         while pos < len(order) and time.perf_counter() < deadline:
             if len(self._usable(e for e, _ in entries.values())) >= self.cfg.records_per_gather:
                 break
+            if seen_peers and len(seen_peers) >= self.dht.num_peers():
+                break  # every peer we know of has turned up: a small swarm has nothing more to find
             batch, pos = order[pos:pos + size], pos + size
             size = max(size, pos)  # k, k, 2k, 4k ...
             keys = {self.keyspace.index_key(w, s): (w, s) for w in windows for s in batch}
