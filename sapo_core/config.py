@@ -48,8 +48,9 @@ PAPER_SPECIALTIES = (
     "binary_matrix",
 )
 
-# A small model learns nothing from tasks it never solves (FACTS.md: SmolLM2-135M scores
-# ~0 on most tasks). The default mix starts on the three it sometimes gets right.
+# A small model learns nothing from tasks it never solves. Measured with `sapo-bench tasks`
+# (SmolLM2-135M, easy levels, one_shot prompt, G=8): it fully solves 10-21 % of completions on
+# these three, with a solve and a miss in 33-83 % of groups; 0 % on the other six.
 DEFAULT_TASK_WEIGHTS = {
     "basic_arithmetic": 1.0,
     "fraction_simplification": 1.0,
@@ -78,23 +79,52 @@ class ModelConfig:
         _check(len(self.lora_targets) > 0, "model.lora_targets", "name at least one module")
 
 
+# Difficulty levels every dataset has, easiest first (the configs are tasks.LEVELS).
+LEVEL_NAMES = ("easy", "medium", "hard")
+# Prompt styles of tasks.PROMPTS (named here so the config can be checked without it).
+PROMPT_STYLES = ("answer_line", "one_shot", "plain", "tags")
+
+
 @dataclass(frozen=True)
 class TaskConfig:
     weights: dict = _help(
         "ReasoningGYM dataset -> sampling weight. The paper's nine: " + ", ".join(PAPER_SPECIALTIES),
         DEFAULT_TASK_WEIGHTS,
     )
-    difficulty: str = _help("'easy' (small models can learn) or 'default' (ReasoningGYM's own settings).", "easy")
+    difficulty: str = _help(
+        "Level each dataset starts at, and the lowest the curriculum goes: 'easy' (SmolLM2-135M "
+        "sometimes solves it), 'medium' or 'hard' (about ReasoningGYM's own settings).", "easy")
+    levels: dict = _help("Start level per dataset, overriding 'difficulty', e.g. {bf = 'medium'}.", {})
+    curriculum: bool = _help(
+        "Raise a dataset's level when the model masters it; fall back when its accuracy collapses.", True)
+    curriculum_window: int = _help(
+        "Own completions per dataset the rolling accuracy covers; a level changes only on a full window.", 64)
+    curriculum_raise: float = _help("Rolling accuracy (share fully right) at which a dataset's level rises.", 0.5)
+    curriculum_lower: float = _help("Rolling accuracy at or below which a raised level falls back.", 0.02)
+    prompt: str = _help(
+        "How questions are asked: 'one_shot' (a solved example of the same dataset and level, then the "
+        "question; asks for a final 'Answer: ...' line), 'answer_line' (the same without the example), "
+        "'plain' (the question only) or 'tags' (<answer> tags).", "one_shot")
     format_reward: float = _help("Weight of a reward for answering in the requested format (the paper dropped it).", 0.0)
-    system_prompt: str = _help("System prompt; empty uses the built-in one.", "")
+    system_prompt: str = _help("System prompt; empty leaves the model's chat template to its default.", "")
 
     def __post_init__(self) -> None:
         _check(bool(self.weights), "tasks.weights", "name at least one dataset")
         for name, w in self.weights.items():
-            _check(isinstance(w, (int, float)) and w >= 0, f"tasks.weights.{name}", "must be a number >= 0")
+            _check(name in PAPER_SPECIALTIES, f"tasks.weights.{name}",
+                   "is not a known dataset; use one of " + ", ".join(PAPER_SPECIALTIES))
+            _check(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0,
+                   f"tasks.weights.{name}", "must be a number >= 0")
         _check(sum(self.weights.values()) > 0, "tasks.weights", "at least one weight must be above 0")
-        _check(self.difficulty in ("easy", "default"), "tasks.difficulty",
-               f"'{self.difficulty}' is not 'easy' or 'default'")
+        _check(self.difficulty in LEVEL_NAMES, "tasks.difficulty",
+               f"'{self.difficulty}' is not one of " + ", ".join(LEVEL_NAMES))
+        for name, level in self.levels.items():
+            _check(name in PAPER_SPECIALTIES, f"tasks.levels.{name}", "is not a known dataset")
+            _check(level in LEVEL_NAMES, f"tasks.levels.{name}", f"'{level}' is not one of " + ", ".join(LEVEL_NAMES))
+        _check(self.curriculum_window >= 1, "tasks.curriculum_window", "must be at least 1")
+        _check(0 <= self.curriculum_lower < self.curriculum_raise <= 1, "tasks.curriculum_lower",
+               "need 0 <= curriculum_lower < curriculum_raise <= 1")
+        _check(self.prompt in PROMPT_STYLES, "tasks.prompt", f"'{self.prompt}' is not one of " + ", ".join(PROMPT_STYLES))
         _check(0 <= self.format_reward <= 1, "tasks.format_reward", "must be between 0 and 1")
 
 
@@ -371,5 +401,6 @@ def field_help(cls: type = NodeConfig, prefix: str = "") -> dict[str, str]:
 __all__ = [
     "ConfigError", "ModelConfig", "TaskConfig", "SamplerConfig", "TrainConfig", "RoundConfig",
     "SwarmConfig", "ControlConfig", "NodeConfig", "load_config", "save_config", "dump_config",
-    "from_dict", "to_dict", "field_help", "PAPER_SPECIALTIES", "DEFAULT_TASK_WEIGHTS",
+    "from_dict", "to_dict", "field_help", "PAPER_SPECIALTIES", "DEFAULT_TASK_WEIGHTS", "LEVEL_NAMES",
+    "PROMPT_STYLES",
 ]

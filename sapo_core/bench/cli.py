@@ -13,6 +13,7 @@ import sys
 BENCHMARKS: list[tuple[str, str]] = [
     ("swarm", "publish/gather latency p50/p95 and bytes per round of N light peers on loopback"),
     ("training", "GRPO-update tokens/s against a plain forward+backward; peak node memory"),
+    ("tasks", "baseline reward per task, prompt style and answer extraction of the untrained model"),
 ]
 
 

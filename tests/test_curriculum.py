@@ -1,0 +1,123 @@
+"""Curriculum transitions and the JSON round trip of its state (pure logic, no model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sapo_core.curriculum import Curriculum
+
+LEVELS = {"a": ("easy", "medium", "hard"), "b": ("easy", "medium", "hard")}
+
+
+def make(**kw) -> Curriculum:
+    kw.setdefault("window", 4)
+    kw.setdefault("raise_at", 0.5)
+    kw.setdefault("lower_at", 0.25)
+    floor = kw.pop("floor", {})
+    return Curriculum(LEVELS, floor, **kw)
+
+
+def test_starts_at_floor():
+    c = make(floor={"b": "medium"})
+    assert (c.level_name("a"), c.level_name("b")) == ("easy", "medium")
+    assert c.accuracy("a") is None
+
+
+def test_raises_only_on_a_full_window_at_threshold():
+    c = make()
+    assert c.observe("a", 0, [True, True, True]) is None  # 3 of 4: window not full
+    change = c.observe("a", 0, [False])  # 3/4 = 0.75 >= 0.5
+    assert change is not None and change.raised
+    assert (change.old_level, change.new_level, change.accuracy) == ("easy", "medium", 0.75)
+    assert c.level_name("a") == "medium" and c.level_name("b") == "easy"
+    assert c.accuracy("a") is None  # the window restarts at the new level
+
+
+def test_exact_threshold_raises_and_just_below_does_not():
+    c = make(window=4, raise_at=0.5)
+    assert c.observe("a", 0, [True, True, False, False]) is not None
+    c = make(window=4, raise_at=0.75)
+    assert c.observe("a", 0, [True, True, False, False]) is None
+    assert c.level_name("a") == "easy"
+
+
+def test_rolling_window_keeps_only_the_last_results():
+    c = make(window=4, raise_at=0.75, lower_at=0.0)
+    c.observe("a", 0, [False, False, False, False])  # 0/4: at the floor, nothing to lower
+    assert c.level_name("a") == "easy" and c.accuracy("a") == 0.0
+    c.observe("a", 0, [True, True])  # window: F F T T
+    assert c.accuracy("a") == 0.5
+    assert c.observe("a", 0, [True]).new_level == "medium"  # window: F T T T
+
+
+def test_falls_back_on_collapse_but_never_below_floor():
+    c = make(floor={"a": "medium"})
+    assert c.observe("a", 1, [True] * 4).new_level == "hard"
+    change = c.observe("a", 2, [False] * 4)  # 0 <= lower_at
+    assert change is not None and not change.raised and change.new_level == "medium"
+    assert c.observe("a", 1, [False] * 4) is None  # medium is the floor
+    assert c.level_name("a") == "medium"
+
+
+def test_top_level_stays():
+    c = make(floor={"a": "hard"})
+    assert c.observe("a", 2, [True] * 8) is None
+    assert c.level_name("a") == "hard"
+
+
+def test_results_of_another_level_are_ignored():
+    c = make()
+    assert c.observe("a", 1, [True] * 4) is None
+    assert c.accuracy("a") is None and c.level_name("a") == "easy"
+
+
+def test_disabled_tracks_accuracy_but_never_moves():
+    c = make(enabled=False)
+    assert c.observe("a", 0, [True] * 4) is None
+    assert c.level_name("a") == "easy" and c.accuracy("a") == 1.0
+
+
+def test_unknown_dataset_and_bad_settings_are_rejected():
+    with pytest.raises(KeyError):
+        make().observe("zzz", 0, [True])
+    with pytest.raises(ValueError, match="lower_at"):
+        make(raise_at=0.2, lower_at=0.3)
+    with pytest.raises(ValueError, match="window"):
+        make(window=0)
+    with pytest.raises(ValueError, match="no level"):
+        make(floor={"a": "extreme"})
+
+
+def test_state_round_trips_through_json_and_continues_identically():
+    c = make()
+    c.observe("a", 0, [True] * 4)  # a -> medium
+    c.observe("a", 1, [True, False])
+    c.observe("b", 0, [False, True, False])
+    state = json.loads(json.dumps(c.state_dict()))
+    d = make()
+    d.load_state_dict(state)
+    assert d.state_dict() == c.state_dict()
+    feed = [("a", 1, [True, True]), ("b", 0, [True]), ("a", 2, [False] * 4)]
+    assert [c.observe(*f) for f in feed] == [d.observe(*f) for f in feed]
+    assert c.state_dict() == d.state_dict()
+
+
+def test_loaded_level_below_a_raised_floor_is_lifted():
+    c = make()
+    c.observe("a", 0, [True, False])
+    d = make(floor={"a": "medium"})
+    d.load_state_dict(c.state_dict())
+    assert d.level_name("a") == "medium" and d.accuracy("a") is None
+
+
+@pytest.mark.parametrize("state, match", [
+    ({"version": 99, "levels": {}, "results": {}}, "version"),
+    ({"version": 1, "levels": {"a": "extreme"}, "results": {}}, "no level"),
+    ({"version": 1, "levels": {"a": "easy"}, "results": {"a": 3}}, "not a list"),
+    ({"version": 1, "levels": [], "results": {}}, "table"),
+])
+def test_bad_states_are_rejected(state, match):
+    with pytest.raises(ValueError, match=match):
+        make().load_state_dict(state)
