@@ -358,3 +358,15 @@ def test_groups_cross_process_boundaries(tmp_path, verifier):
         child.join(60)
         host.close()
     assert child.exitcode == 0
+
+
+def test_a_dead_dht_costs_the_round_its_sharing_not_the_round(tmp_path, verifier):
+    hooks = RecordingHooks()
+    node = open_swarm(_config(swarm_name="dies"), verifier, tmp_path, hooks)
+    node.dht.close()  # p2pd and the DHT thread gone under the round loop's feet
+    node.publish(1, honest_groups(1, 1))
+    assert node.gather(1, 4, random.Random(0)) == []
+    stats = node.stats()
+    assert stats["swarm/dht_errors"] >= 2 and stats["swarm/publish_failed"] == 2
+    assert "publishing round 1 failed" in hooks.text()
+    node.close()

@@ -62,7 +62,10 @@ class SwarmDHT:
         """Start p2pd and the DHT node; SwarmError with a readable reason if that fails."""
         self._thread.start()
         try:
-            self._call(self._create(), timeout=self.cfg.start_timeout + 2 * self.cfg.join_timeout + 30)
+            attempts = self.cfg.join_attempts if self.cfg.initial_peers else 0
+            pauses = sum(min(self.cfg.rejoin_min_seconds * 2**k, self.cfg.rejoin_max_seconds) for k in range(attempts))
+            budget = (attempts + 1) * (self.cfg.start_timeout + self.cfg.join_timeout) + pauses + 30
+            self._call(self._create(), timeout=budget)
         except SwarmTimeout:
             self.close()
             raise SwarmError(f"the DHT did not start within {self.cfg.start_timeout:.0f} s; is the "
@@ -215,6 +218,9 @@ class SwarmDHT:
     # --- blocking calls -------------------------------------------------------------------
 
     def _call(self, coro: Awaitable[Any], timeout: float) -> Any:
+        if self._loop.is_closed() or not self._thread.is_alive():
+            coro.close()  # type: ignore[attr-defined]
+            raise SwarmError("the swarm's DHT is not running (closed, or it failed to start)")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
         try:
             return future.result(timeout)

@@ -132,9 +132,9 @@ class DhtRolloutSource:
                                  (self.keyspace.index_key(window, shard), index, expiration)],
                                 timeout=self.cfg.publish_timeout)
             f["publish_failed"] += sum(not v for v in ok.values())
-        except TimeoutError:
+        except Exception as e:  # the round goes on without sharing this time
             f["publish_failed"] += 2
-            self.hooks.log("warning", f"swarm: publishing round {round} took over {self.cfg.publish_timeout:.0f} s")
+            self._dht_failed(f"publishing round {round}", e)
         f["published"] += len(fitted.record.groups)
         f["published_signal"] += fitted.signal_groups
         f["dropped_to_fit"] += fitted.dropped_groups
@@ -158,8 +158,9 @@ class DhtRolloutSource:
         try:
             found = self.dht.get_many(list(keys.values()), timeout=max(0.1, deadline - time.perf_counter()),
                                       newer_than=newer_than)
-        except TimeoutError:
-            found, f["gather_timeouts"] = {}, f["gather_timeouts"] + 1
+        except Exception as e:
+            found = {}
+            self._dht_failed("fetching peers' records", e)
         verify_started = time.perf_counter()
         f["fetch_s"] += verify_started - fetch_started
         pool: list[Group] = []
@@ -197,6 +198,15 @@ class DhtRolloutSource:
     def close(self) -> None:
         self.dht.close()
 
+    def _dht_failed(self, what: str, error: Exception) -> None:
+        """A DHT call timed out or failed: count it, say it, and let the round go on."""
+        if isinstance(error, TimeoutError):
+            self._figures["dht_timeouts"] += 1
+            self.hooks.log("warning", f"swarm: {what} timed out ({error})")
+        else:
+            self._figures["dht_errors"] += 1
+            self.hooks.log("warning", f"swarm: {what} failed: {type(error).__name__}: {error}")
+
     # --- gather's steps ---------------------------------------------------------------------
 
     def _first_batch(self) -> int:
@@ -233,8 +243,8 @@ class DhtRolloutSource:
             try:
                 found = self.dht.get_many(list(keys), timeout=max(0.1, deadline - time.perf_counter()),
                                           beam_size=2 * self.cfg.replicas)
-            except TimeoutError:
-                f["gather_timeouts"] += 1
+            except Exception as e:
+                self._dht_failed("reading the index", e)
                 break
             f["index_keys"] += len(keys)
             for key, values in found.items():
