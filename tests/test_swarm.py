@@ -370,3 +370,24 @@ def test_a_dead_dht_costs_the_round_its_sharing_not_the_round(tmp_path, verifier
     assert stats["swarm/dht_errors"] >= 2 and stats["swarm/publish_failed"] == 2
     assert "publishing round 1 failed" in hooks.text()
     node.close()
+
+
+def test_a_round_longer_than_a_window_stays_readable(tmp_path, verifier):
+    """A slow node's record is re-published into each new window while its next round runs."""
+    cfg = _config(swarm_name="slow-rounds", window_seconds=5.0)
+    a = open_swarm(cfg, verifier, tmp_path / "a")
+    b = open_swarm(dataclasses.replace(cfg, initial_peers=[a.join_address]), verifier, tmp_path / "b")
+    try:
+        ks = a.keyspace
+        a.publish(1, honest_groups(3, 1))
+        published_in = ks.window_at(time.time())
+        deadline = time.monotonic() + 30
+        while ks.window_at(time.time()) < published_in + 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(cfg.window_seconds / 4 + 1)  # one re-publishing tick into this window
+        assert ks.window_at(time.time()) >= published_in + 2  # the original window is out of reach
+        got = b.gather(1, 4, random.Random(0))
+        assert {g.source for g in got} == {a.node_id}, b.stats()
+    finally:
+        a.close()
+        b.close()

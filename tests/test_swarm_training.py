@@ -119,7 +119,7 @@ def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
     nodes = _start_nodes(tmp_path, 3, scripted=False, **{
         "model.name": "smollm2-135m-instruct", "sampler.group_size": 8, "sampler.max_new_tokens": 48,
-        "sampler.threads": 1})
+        "sampler.threads": 1, "swarm.window_seconds": 300.0})
     try:
         last = {}
         for _ in range(2):

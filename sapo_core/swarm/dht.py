@@ -48,6 +48,7 @@ class SwarmDHT:
         self._thread = threading.Thread(target=self._run_loop, name="sapo-swarm-dht", daemon=True)
         self._node: Any = None
         self._rejoin_task: asyncio.Task | None = None
+        self._periodic: list[asyncio.Future] = []
         self._closed = False
         self.visible_maddrs: list[str] = []
         self._hivemind_key = identity.hivemind_key()
@@ -205,8 +206,9 @@ class SwarmDHT:
                 self._loop.close()
 
     async def _shutdown(self) -> None:
-        if self._rejoin_task is not None:
-            self._rejoin_task.cancel()
+        for task in [self._rejoin_task, *self._periodic]:
+            if task is not None:
+                task.cancel()
         if self._node is not None:
             await self._node.shutdown()
         # hivemind leaves background tasks (routing refresh, cache refresh): end them here
@@ -233,19 +235,39 @@ class SwarmDHT:
         node = self._node
         return 0 if node is None else self.num_peers_of(node)
 
-    def store(self, items: Sequence[tuple[str, bytes, float]], timeout: float) -> dict[str, bool]:
-        """Store (key, payload, expiration) items under our owner subkey; key -> stored somewhere."""
+    async def _store(self, items: Sequence[tuple[str, bytes, float]]) -> dict[str, bool]:
         from sapo_core.swarm.validation import owner_tag
 
         subkey = owner_tag(self._hivemind_key.get_public_key().to_bytes())
         keys = [k for k, _, _ in items]
+        ok = await self._node.store_many(keys, [v for _, v, _ in items], [e for _, _, e in items],
+                                         subkeys=[subkey] * len(items))
+        return {k: bool(ok.get((k, subkey), False)) for k in keys}
 
-        async def run() -> dict[str, bool]:
-            ok = await self._node.store_many(keys, [v for _, v, _ in items], [e for _, _, e in items],
-                                             subkeys=[subkey] * len(items))
-            return {k: bool(ok.get((k, subkey), False)) for k in keys}
+    def store(self, items: Sequence[tuple[str, bytes, float]], timeout: float) -> dict[str, bool]:
+        """Store (key, payload, expiration) items under our owner subkey; key -> stored somewhere."""
+        return self._call(self._store(items), timeout)
 
-        return self._call(run(), timeout)
+    def store_periodically(self, interval: float,
+                           make_items: Callable[[], Sequence[tuple[str, bytes, float]]]) -> None:
+        """Every `interval` s, store what `make_items()` (run in the DHT thread) returns, if anything."""
+
+        async def loop() -> None:
+            while not self._closed:
+                await asyncio.sleep(interval)
+                try:
+                    items = make_items()
+                    if items:
+                        await asyncio.wait_for(self._store(items), self.cfg.publish_timeout)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # the next round publishes anew anyway
+                    self._log("warning", f"swarm: re-publishing failed: {type(e).__name__}: {e}")
+
+        def schedule() -> None:
+            self._periodic.append(asyncio.ensure_future(loop()))
+
+        self._loop.call_soon_threadsafe(schedule)
 
     def get_many(self, keys: Sequence[str], timeout: float, newer_than: Mapping[str, float] | None = None,
                  beam_size: int | None = None) -> dict[str, dict[bytes, tuple[bytes, float]]]:

@@ -14,8 +14,10 @@ that can fail on the network is bounded by `gather_timeout` and costs only its r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,9 +29,12 @@ from sapo_core.rollouts import Group
 from sapo_core.swarm.identity import KEY_FILE_NAME, NodeIdentity, load_or_create_identity, node_name
 from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import (
-    IndexEntry, RecordError, decode_index, decode_record, encode_index, fit_record,
+    IndexEntry, Record, RecordError, decode_index, decode_record, encode_index, encode_record, fit_record,
 )
 from sapo_core.swarm.verify import PeerReputation, QuestionSource, sample_groups, verify_record
+
+
+REPUBLISH_WINDOWS = 2  # how long a round may outlast its window and stay readable
 
 
 class RolloutSource(Protocol):
@@ -84,6 +89,10 @@ class DhtRolloutSource:
         self._figures: Counter = Counter()
         self._dht_rejections_before: dict[str, int] = {}
         self._entries_per_key: float | None = None  # moving average over gathers
+        # our latest record, kept readable while rounds outlast windows (see _republish_items)
+        self._latest_lock = threading.Lock()
+        self._latest: tuple[Record, int, int] | None = None  # (record, signal groups, first window)
+        dht.store_periodically(cfg.window_seconds / 4, self._republish_items)
 
     # --- identity, for the node and the GUI ---------------------------------------------------
 
@@ -119,26 +128,23 @@ class DhtRolloutSource:
         window = self.keyspace.window_at(now)
         fitted = fit_record(self.cfg.swarm_name, window, self.node_id, round, groups,
                             self.cfg.max_record_kib * 1024)
-        shard = self.keyspace.shard_of(self.node_id, window)
-        index = encode_index(IndexEntry(self.cfg.swarm_name, window, shard, self.node_id, round,
-                                        len(fitted.record.groups), fitted.signal_groups, len(fitted.payload)))
-        expiration = self.keyspace.expiration(now)
+        items = self._items(fitted.record, fitted.signal_groups, now)
         if fitted.dropped_groups or fitted.dropped_completions:
             self.hooks.log("info", f"swarm: record cut to {self.cfg.max_record_kib} KiB: {fitted.dropped_groups} "
                                    f"group(s), {fitted.dropped_completions} completion(s) left out")
         f = self._figures
         try:
-            ok = self.dht.store([(self.keyspace.record_key(window, self.node_id), fitted.payload, expiration),
-                                 (self.keyspace.index_key(window, shard), index, expiration)],
-                                timeout=self.cfg.publish_timeout)
+            ok = self.dht.store(items, timeout=self.cfg.publish_timeout)
             f["publish_failed"] += sum(not v for v in ok.values())
         except Exception as e:  # the round goes on without sharing this time
             f["publish_failed"] += 2
             self._dht_failed(f"publishing round {round}", e)
+        with self._latest_lock:
+            self._latest = (fitted.record, fitted.signal_groups, window)
         f["published"] += len(fitted.record.groups)
         f["published_signal"] += fitted.signal_groups
         f["dropped_to_fit"] += fitted.dropped_groups
-        f["bytes_out"] += len(fitted.payload) + len(index)
+        f["bytes_out"] += sum(len(payload) for _, payload, _ in items)
         f["publish_s"] += time.perf_counter() - started
 
     def gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
@@ -197,6 +203,33 @@ class DhtRolloutSource:
 
     def close(self) -> None:
         self.dht.close()
+
+    def _items(self, record: Record, signal_groups: int, now: float) -> list[tuple[str, bytes, float]]:
+        """The record and its index entry, ready to store: (key, payload, expiration) each."""
+        window = record.window
+        payload = encode_record(record)
+        shard = self.keyspace.shard_of(self.node_id, window)
+        index = encode_index(IndexEntry(self.cfg.swarm_name, window, shard, self.node_id, record.round,
+                                        len(record.groups), signal_groups, len(payload)))
+        expiration = self.keyspace.expiration(now)
+        return [(self.keyspace.record_key(window, self.node_id), payload, expiration),
+                (self.keyspace.index_key(window, shard), index, expiration)]
+
+    def _republish_items(self) -> list[tuple[str, bytes, float]]:
+        """Called in the DHT thread: our latest record again, in the window it is now, if the
+        round that made it is still running (a round longer than a window would otherwise leave
+        this node invisible to readers). At most REPUBLISH_WINDOWS windows after it was made."""
+        now = self._clock()
+        window = self.keyspace.window_at(now)
+        with self._latest_lock:
+            if self._latest is None:
+                return []
+            record, signal, first = self._latest
+            if record.window >= window or window - first > REPUBLISH_WINDOWS:
+                return []
+            record = dataclasses.replace(record, window=window)
+            self._latest = (record, signal, first)
+        return self._items(record, signal, now)
 
     def _dht_failed(self, what: str, error: Exception) -> None:
         """A DHT call timed out or failed: count it, say it, and let the round go on."""
