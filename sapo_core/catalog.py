@@ -1,0 +1,396 @@
+"""Which model fits this machine: the catalogue, memory and round-time estimates, the choice.
+
+`load_catalogue()` reads resources/catalog.toml (installed as the package `sapo_resources`).
+`estimate_memory(entry, config)` says what training and sampling need, part by part;
+`estimate_round(entry, profile, config)` how long a round would take; `choose_model(profile,
+catalogue, config)` is a pure function of those: the largest model that fits (memory on the
+training device, disk for its files) and finishes a round within `round.target_round_seconds`,
+with a verdict for every other model. When memory is short at the configured micro-batch it
+halves the micro-batch (memory only: gradients accumulate, the update is the same) and says so.
+
+Calibration (this machine, 2 cores, 2026-11-22; `AutoModelForCausalLM.from_pretrained(dir,
+gguf_file=..., dtype=torch.float32)` of the embedded SmolLM2-135M Q4_1, peft LoRA r=16 on all
+seven projections, log-probs chunked 1024 tokens at a time and recomputed in the backward as
+`grpo.token_logprobs` does, peak RSS polled every 3 ms):
+- imports only 0.26 GB; after loading 0.98 GB; peak while de-quantizing 1.23 GB, i.e. 0.8 x the
+  fp32 weights (0.54 GB) on top of them while the GGUF is converted.
+- one LoRA forward+backward+AdamW step: 8 x 256 tokens 6.34 GB peak; 4 x 256 3.96; 2 x 256 2.48
+  (log-probs at every position); at completion positions only, 2 x 256: 2.40 GB, or 1.87 in some
+  runs (malloc keeps or returns freed memory): the estimate aims at the higher figure.
+  Saved activations counted with `saved_tensors_hooks` at 2 x 256: 1.21 MB a token; the RSS grows
+  1.8x that (backward temporaries, allocator) plus the chunk's logits -> LORA_ACTIVATION_FACTOR.
+- full fine-tuning, 8 x 256, same pass: 4.99 GB peak -> FULL_ACTIVATION_FACTOR 1.1.
+- the same LoRA step with gradient checkpointing (model.train()): 3.44 GB at 8 x 256.
+- the full logits instead of chunks: 7.00 GB at 8 x 256 (0.66 GB more).
+- llama.cpp, Q8_0 copy (145 MB): RSS +224 MB at n_ctx 2048, +367 MB at 8192: weights + f16 KV
+  cache + ~35 MB of buffers. The node's imports (torch, transformers, peft, hivemind,
+  reasoning-gym, llama_cpp): 0.48 GB.
+Throughput anchors are FACTS.md's (2 cores): training ~200 tok/s, sampling ~205 tok/s (Q8_0,
+batched), 125 (Q4_1), 39 (transformers' batched generate). Other models and core counts are
+scaled by parameters and cores: an estimate, and the verdicts say so. GPUs are not measured here.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from importlib import resources
+from typing import Iterator
+
+from sapo_core.config import NodeConfig
+from sapo_core.hardware import HardwareProfile
+
+GB = 1e9
+PROMPT_TOKENS = 128  # ReasoningGYM prompts with the chat template: median 76-89 tokens, max 98 on the default mix
+RUNTIME_GB = 0.5  # python + torch + transformers + peft + hivemind + reasoning-gym + llama_cpp, measured 0.48
+LORA_ACTIVATION_FACTOR = 1.8  # peak RSS growth / saved activations, LoRA step (measured, see above)
+FULL_ACTIVATION_FACTOR = 1.1  # the same for full fine-tuning (measured)
+LOAD_TRANSIENT_FACTOR = 0.8  # extra RAM while de-quantizing a GGUF, x the fp32 weights (measured)
+LOGIT_COPIES = 3  # one chunk's logits, their log-softmax and its gradient, fp32
+LLAMA_BUFFERS_GB = 0.04  # llama.cpp compute buffers (measured ~35 MB)
+CUDA_CONTEXT_GB = 0.5  # CUDA context + allocator slack (not measured here: no GPU)
+RAM_BUDGET_SHARE = 0.8  # leave the owner a fifth of the RAM at least
+GPU_BUDGET_SHARE = 0.9
+Q8_0_BYTES_PER_PARAM = 34 / 32  # Q8_0 packs 32 weights in 34 bytes
+ANCHOR_PARAMS = 134_515_008  # the embedded model
+ANCHOR_CORES = 2
+ANCHOR_TRAIN_TOK_S = 200.0
+ANCHOR_SAMPLE_TOK_S = {"Q8_0": 205.0, "Q4_1": 125.0, "transformers": 39.0}
+GPU_TRAIN_SPEEDUP = 25.0  # vs 2 CPU cores; an assumption (no GPU here), deliberately modest
+MPS_TRAIN_SPEEDUP = 4.0  # likewise
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+FITS, SLOW, NO_FIT = "fits", "slow", "doesn't fit"
+
+
+class CatalogError(ValueError):
+    """The catalogue is malformed or a model id is unknown; the message lists the known ids."""
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    id: str
+    title: str
+    license: str
+    source: str  # "embedded" (inside a Python package) or "hub"
+    repo: str
+    revision: str
+    filename: str
+    quant: str
+    size_bytes: int
+    sha256: str
+    architecture: str  # GGUF general.architecture
+    params: int
+    layers: int
+    hidden_size: int
+    intermediate_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    tied_embeddings: bool
+    qkv_bias: bool
+    qk_norm: bool
+    notes: str = ""
+    package: str = ""  # embedded: the package whose directory holds `filename`
+
+    @property
+    def embedded(self) -> bool:
+        return self.source == "embedded"
+
+    def module_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each LoRA-targetable projection in one layer."""
+        h, i, q, kv = self.hidden_size, self.intermediate_size, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def computed_params(self) -> int:
+        """Parameters implied by the architecture numbers (a check on `params`)."""
+        shapes = self.module_shapes()
+        q, kv = shapes["q_proj"][1], shapes["k_proj"][1]
+        per_layer = sum(a * b for a, b in shapes.values()) + 2 * self.hidden_size
+        per_layer += (q + 2 * kv) if self.qkv_bias else 0
+        per_layer += 2 * self.head_dim if self.qk_norm else 0
+        embeddings = self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
+        return self.layers * per_layer + self.hidden_size + embeddings
+
+    def lora_params(self, rank: int, targets: list[str] | tuple[str, ...]) -> int:
+        shapes = self.module_shapes()
+        return self.layers * sum(rank * (shapes[t][0] + shapes[t][1]) for t in targets if t in shapes)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    entries: tuple[CatalogEntry, ...]
+
+    def __iter__(self) -> Iterator[CatalogEntry]:
+        return iter(self.entries)
+
+    def ids(self) -> list[str]:
+        return [e.id for e in self.entries]
+
+    def get(self, model_id: str) -> CatalogEntry:
+        for e in self.entries:
+            if e.id == model_id:
+                return e
+        raise CatalogError(f"model '{model_id}' is not in the catalogue; use 'auto' or one of: {', '.join(self.ids())}")
+
+    @property
+    def embedded(self) -> CatalogEntry:
+        return next(e for e in self.entries if e.embedded)
+
+
+def load_catalogue(text: str | None = None) -> Catalogue:
+    """The catalogue from resources/catalog.toml, or from `text` (tests)."""
+    if text is None:
+        text = resources.files("sapo_resources").joinpath("catalog.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    known = {f.name for f in fields(CatalogEntry)}
+    entries = []
+    for n, raw in enumerate(data.get("model", []), 1):
+        unknown = sorted(set(raw) - known)
+        missing = sorted(f.name for f in fields(CatalogEntry) if f.name not in raw and f.name not in ("notes", "package"))
+        if unknown or missing:
+            raise CatalogError(f"catalogue entry {n} ({raw.get('id', '?')}): unknown keys {unknown}, missing {missing}")
+        entry = CatalogEntry(**raw)
+        if entry.source not in ("embedded", "hub") or (entry.embedded and not entry.package):
+            raise CatalogError(f"catalogue entry {entry.id}: source must be 'hub', or 'embedded' with a package")
+        entries.append(entry)
+    if sum(e.embedded for e in entries) != 1 or len({e.id for e in entries}) != len(entries):
+        raise CatalogError("the catalogue needs unique ids and exactly one embedded model")
+    return Catalogue(tuple(sorted(entries, key=lambda e: e.params)))
+
+
+# --- memory -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    micro_batch_size: int
+    train: dict[str, float]  # GB on the training device, part by part
+    load_transient_gb: float  # extra host RAM while the GGUF is de-quantized (first start)
+    sample: dict[str, float]  # GB of the sampler (host RAM)
+    disk: dict[str, float]  # GB of disk
+    overlap_gb: float = 0.0  # parts of `train` never alive together (AdamW state is made after the backward)
+    runtime_gb: float = RUNTIME_GB
+
+    @property
+    def train_gb(self) -> float:
+        """Peak of the training step."""
+        return sum(self.train.values()) - self.overlap_gb
+
+    @property
+    def sample_gb(self) -> float:
+        return sum(self.sample.values())
+
+    @property
+    def disk_gb(self) -> float:
+        return sum(self.disk.values())
+
+    def placement(self, device: str) -> tuple[float, float]:
+        """(host RAM GB, GPU GB) on `device`; MPS memory is the host's (unified)."""
+        load_peak = self.train["weights"] + self.load_transient_gb
+        if device == "cuda":
+            return self.runtime_gb + load_peak + self.sample_gb, self.train_gb + CUDA_CONTEXT_GB
+        return self.runtime_gb + max(self.train_gb, load_peak) + self.sample_gb, 0.0
+
+
+def _saved_floats_per_token(e: CatalogEntry, lora_rank: int, n_targets: int) -> int:
+    """Activations one token leaves for the backward pass, all layers (counted at 2 x 256:
+    norms' inputs and outputs, q/k/v, attention output and log-sum-exp, the MLP's four
+    intermediate-size tensors, the LoRA rank-r projections)."""
+    q, kv = e.heads * e.head_dim, e.kv_heads * e.head_dim
+    per_layer = 4 * e.hidden_size + 3 * q + 2 * kv + 4 * e.intermediate_size + e.heads + lora_rank * n_targets
+    return e.layers * per_layer
+
+
+def sampled_weights_bytes(e: CatalogEntry, config: NodeConfig) -> float:
+    if config.sampler.quantization == "q8_0" and e.quant != "Q8_0":
+        return e.params * Q8_0_BYTES_PER_PARAM
+    return float(e.size_bytes)
+
+
+def estimate_memory(e: CatalogEntry, config: NodeConfig, micro_batch_size: int | None = None) -> MemoryEstimate:
+    m, t, s = config.model, config.train, config.sampler
+    mb = micro_batch_size or t.micro_batch_size
+    nbytes = DTYPE_BYTES[m.dtype]
+    seq = PROMPT_TOKENS + s.max_new_tokens
+    train: dict[str, float] = {"weights": e.params * nbytes / GB}
+    if m.lora:
+        lora = e.lora_params(m.lora_rank, m.lora_targets)
+        train["LoRA adapter, gradients, AdamW state"] = lora * nbytes * 4 / GB
+        saved = _saved_floats_per_token(e, m.lora_rank, len(m.lora_targets))
+        factor = LORA_ACTIVATION_FACTOR
+    else:
+        train["gradients"] = e.params * nbytes / GB
+        train["AdamW state"] = 2 * e.params * nbytes / GB
+        if t.kl_beta > 0:
+            train["reference model (KL)"] = e.params * nbytes / GB
+        saved = _saved_floats_per_token(e, 0, 0)
+        factor = FULL_ACTIVATION_FACTOR
+    activations = factor * mb * seq * saved * nbytes / GB
+    train[f"activations ({mb} x {seq} tokens)"] = activations
+    chunk_tokens = min(t.logit_chunk, mb * s.max_new_tokens)  # log-probs only at completion positions
+    logits = LOGIT_COPIES * chunk_tokens * e.vocab_size * 4 / GB
+    train[f"log-prob chunk ({chunk_tokens} x {e.vocab_size} vocab)"] = logits
+    # Full fine-tuning: the step's AdamW state is allocated once the backward has freed the
+    # activations (measured: 4.99 GB peak, not the 6.1 of everything at once).
+    overlap = 0.0 if m.lora else min(train["AdamW state"], activations + logits)
+
+    ctx = s.group_size * seq
+    kv_elems = 2 * e.layers * e.kv_heads * e.head_dim * ctx  # K and V
+    if s.backend == "transformers":  # samples with the policy itself: no second copy of the weights
+        sample = {f"KV cache ({s.group_size} x {seq})": kv_elems * nbytes / GB}
+    else:
+        sample = {f"GGUF weights ({'Q8_0' if s.quantization == 'q8_0' else e.quant})": sampled_weights_bytes(e, config) / GB,
+                  f"KV cache f16 ({s.group_size} x {seq})": kv_elems * 2 / GB,
+                  "llama.cpp buffers": LLAMA_BUFFERS_GB}
+
+    disk = {"download": 0.0 if e.embedded else e.size_bytes / GB}
+    if s.quantization == "q8_0" and e.quant != "Q8_0":
+        disk["Q8_0 copy for the sampler"] = e.params * Q8_0_BYTES_PER_PARAM / GB
+    disk["converted weights cache"] = e.params * nbytes / GB
+    if m.lora:
+        disk["checkpoint (adapter + AdamW)"] = e.lora_params(m.lora_rank, m.lora_targets) * 4 * 3 / GB
+    else:
+        disk["checkpoint (weights + AdamW)"] = e.params * 4 * 3 / GB
+        disk["weights exported to the sampler (f16)"] = e.params * 2 / GB
+    return MemoryEstimate(mb, train, LOAD_TRANSIENT_FACTOR * e.params * 4 / GB, sample, disk, overlap)
+
+
+# --- round time -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundEstimate:
+    sampled_tokens: int
+    trained_tokens: int
+    sample_tok_s: float
+    train_tok_s: float
+
+    @property
+    def sample_seconds(self) -> float:
+        return self.sampled_tokens / self.sample_tok_s
+
+    @property
+    def train_seconds(self) -> float:
+        return self.trained_tokens / self.train_tok_s
+
+    @property
+    def seconds(self) -> float:
+        return self.sample_seconds + self.train_seconds
+
+
+def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig) -> RoundEstimate:
+    """Seconds of one round: I x G completions sampled, (I + J) x G sequences trained K times.
+    Tokens per second scale as cores / parameters from FACTS.md's anchors (an estimate).
+    Sampling counts on the CPU even with a GPU (the portable llama.cpp build): pessimistic."""
+    s, r = config.sampler, config.round
+    cores = s.threads or profile.cpu_physical.value
+    scale = (ANCHOR_PARAMS / e.params) * (cores / ANCHOR_CORES)
+    if s.backend == "transformers":
+        sample_anchor = ANCHOR_SAMPLE_TOK_S["transformers"]
+    else:
+        quant = "Q8_0" if s.quantization == "q8_0" else e.quant
+        sample_anchor = ANCHOR_SAMPLE_TOK_S.get(quant, ANCHOR_SAMPLE_TOK_S["Q4_1"])
+    train_tok_s = ANCHOR_TRAIN_TOK_S * scale
+    device = profile.device.value
+    if device in ("cuda", "mps"):
+        speedup = GPU_TRAIN_SPEEDUP if device == "cuda" else MPS_TRAIN_SPEEDUP
+        train_tok_s = ANCHOR_TRAIN_TOK_S * (ANCHOR_PARAMS / e.params) * speedup
+    external = r.external_groups if config.swarm.enabled else 0
+    passes = config.train.steps_per_round + (1 / 3 if config.train.kl_beta > 0 else 0)  # a forward is ~1/3 of a step
+    trained = int((r.local_groups + external) * s.group_size * (PROMPT_TOKENS + s.max_new_tokens) * passes)
+    return RoundEstimate(r.local_groups * s.group_size * s.max_new_tokens, trained, sample_anchor * scale, train_tok_s)
+
+
+# --- the choice -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    model_id: str
+    status: str  # fits | slow | doesn't fit
+    reason: str
+    micro_batch_size: int
+    memory: MemoryEstimate
+    round: RoundEstimate
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    entry: CatalogEntry
+    reason: str
+    micro_batch_size: int  # the configured one, or the largest smaller one that fits
+    verdicts: tuple[Verdict, ...]  # every catalogue model, largest first
+    warnings: tuple[str, ...] = ()
+    explicit: bool = False  # named in the config rather than chosen
+
+    def verdict(self, model_id: str) -> Verdict:
+        return next(v for v in self.verdicts if v.model_id == model_id)
+
+
+def ram_budget_gb(profile: HardwareProfile) -> float:
+    return min(profile.ram_available_gb.value, RAM_BUDGET_SHARE * profile.ram_total_gb.value)
+
+
+def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig) -> Verdict:
+    """Fit (memory at the largest workable micro-batch, disk) and speed of one model."""
+    device = profile.device.value
+    ram, gpu = ram_budget_gb(profile), GPU_BUDGET_SHARE * profile.gpu_memory_gb
+    configured = config.train.micro_batch_size
+    rnd = estimate_round(e, profile, config)
+
+    def fits(est: MemoryEstimate) -> bool:
+        host, dev = est.placement(device)
+        return host <= ram and (device != "cuda" or dev <= gpu)
+
+    def needs(est: MemoryEstimate) -> str:
+        host, dev = est.placement(device)
+        gpu_part = f"{dev:.1f} of {gpu:.1f} GB GPU and " if device == "cuda" else ""
+        return f"{gpu_part}{host:.1f} of {ram:.1f} GB RAM"
+
+    est, mb = estimate_memory(e, config, configured), configured
+    while not fits(est) and mb > 1:
+        mb //= 2
+        est = estimate_memory(e, config, mb)
+    if not fits(est):
+        return Verdict(e.id, NO_FIT, f"doesn't fit: needs {needs(est)} even at micro-batch 1", mb, est, rnd)
+    at = f" at micro-batch {mb} ({configured} would need more)" if mb != configured else f" at micro-batch {mb}"
+    if est.disk_gb > profile.disk_free_gb.value:
+        return Verdict(e.id, NO_FIT, f"doesn't fit on disk: needs {est.disk_gb:.1f} GB, "
+                                     f"{profile.disk_free_gb.value:.1f} GB free", mb, est, rnd)
+    target = config.round.target_round_seconds
+    if rnd.seconds > target:
+        return Verdict(e.id, SLOW, f"slow: a round would take ~{rnd.seconds:.0f} s, target {target:.0f} s "
+                                   f"(estimate from parameters and cores); memory {needs(est)}{at}", mb, est, rnd)
+    return Verdict(e.id, FITS, f"fits: needs {needs(est)}{at}; a round ~{rnd.seconds:.0f} s (estimate)", mb, est, rnd)
+
+
+def choose_model(profile: HardwareProfile, catalogue: Catalogue, config: NodeConfig) -> ModelChoice:
+    """The largest model that fits and is fast enough; or the one the config names, with warnings."""
+    verdicts = tuple(judge(e, profile, config) for e in sorted(catalogue, key=lambda e: -e.params))
+    by_id = {v.model_id: v for v in verdicts}
+    if config.model.name != "auto":
+        entry = catalogue.get(config.model.name)
+        v = by_id[entry.id]
+        warnings = () if v.status == FITS else (f"{entry.title} was asked for in the config but it {v.reason}",)
+        return ModelChoice(entry, f"{entry.title}: named in the config (model.name); {v.reason}",
+                           v.micro_batch_size, verdicts, warnings, explicit=True)
+    for status, lead in ((FITS, "the largest model that fits"),
+                         (SLOW, "nothing is fast enough; the smallest model that fits memory")):
+        ranked = [v for v in verdicts if v.status == status]
+        if ranked:
+            v = ranked[0] if status == FITS else ranked[-1]
+            entry = catalogue.get(v.model_id)
+            warnings = () if status == FITS else (f"rounds will be slower than the target: {v.reason}",)
+            detail = v.reason.split(": ", 1)[1]
+            return ModelChoice(entry, f"{entry.title}, {lead}: {detail}", v.micro_batch_size, verdicts, warnings)
+    entry = catalogue.embedded
+    v = by_id[entry.id]
+    return ModelChoice(entry, f"{entry.title}: nothing fits; falling back to the embedded model", v.micro_batch_size,
+                       verdicts, (f"the embedded model {v.reason}; expect swapping or an out-of-memory stop",))
+
+
+__all__ = ["CatalogEntry", "Catalogue", "CatalogError", "load_catalogue", "MemoryEstimate", "estimate_memory",
+           "RoundEstimate", "estimate_round", "Verdict", "ModelChoice", "judge", "choose_model", "ram_budget_gb",
+           "sampled_weights_bytes", "FITS", "SLOW", "NO_FIT", "PROMPT_TOKENS"]

@@ -1,0 +1,135 @@
+"""`sapo-node hardware`: what this machine has, each value with how it was found, and which
+catalogue model it would train, with every other model's verdict (fits / slow / doesn't fit).
+
+The config is layered as for `sapo-node run` (defaults, `--config` or the data directory's
+`node.toml`, then `--set`/`--model`), since the choice depends on it (LoRA, micro-batch, G...).
+`--override SAPO_RAM_GB=8` asks what-if questions without touching the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from typing import Any
+
+from sapo_core import paths
+from sapo_core.catalog import CatalogError, ModelChoice, choose_model, load_catalogue, ram_budget_gb
+from sapo_core.config import ConfigError, NodeConfig, load_config
+from sapo_core.hardware import OVERRIDE_KEYS, HardwareOverrideError, HardwareProfile, detect_hardware
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the profile and the choice as JSON")
+    p.add_argument("--config", help="TOML config file (default: node.toml in the data directory, if any)")
+    p.add_argument("--model", help="judge this catalogue id as if the config named it (default: the config's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config value, e.g. --set train.micro_batch_size=4 (repeatable)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"pretend the machine differs, e.g. --override SAPO_RAM_GB=8; keys: {', '.join(OVERRIDE_KEYS)}")
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"{flag} {item}: write KEY=VALUE")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _config(args: argparse.Namespace) -> NodeConfig:
+    default_file = paths.data_dir() / "node.toml"
+    cfg = load_config(args.config) if args.config else load_config(default_file) if default_file.is_file() else NodeConfig()
+    changes: dict[str, Any] = {}
+    for key, text in _pairs(args.set, "--set").items():
+        try:
+            changes[key] = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            changes[key] = text
+    if args.model:
+        changes["model.name"] = args.model
+    return cfg.replace(**changes) if changes else cfg
+
+
+def report(profile: HardwareProfile, choice: ModelChoice) -> dict[str, Any]:
+    """The JSON form: profile, choice, and each model's verdict with its estimates."""
+    models = []
+    for v in choice.verdicts:
+        host, gpu = v.memory.placement(profile.device.value)
+        models.append({
+            "id": v.model_id, "status": v.status, "reason": v.reason, "micro_batch_size": v.micro_batch_size,
+            "memory_gb": {"host": round(host, 2), "gpu": round(gpu, 2), "train": v.memory.train,
+                          "sample": v.memory.sample, "runtime": v.memory.runtime_gb,
+                          "load_transient": v.memory.load_transient_gb},
+            "disk_gb": v.memory.disk,
+            "round_estimate": {"seconds": round(v.round.seconds, 1), "sample_tok_s": round(v.round.sample_tok_s, 1),
+                               "train_tok_s": round(v.round.train_tok_s, 1)},
+        })
+    return {"profile": profile.to_dict(), "ram_budget_gb": round(ram_budget_gb(profile), 2),
+            "choice": {"model": choice.entry.id, "reason": choice.reason, "micro_batch_size": choice.micro_batch_size,
+                       "explicit": choice.explicit, "warnings": list(choice.warnings)},
+            "models": models}
+
+
+def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro_batch: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    machine = Table(title="This machine", title_justify="left")
+    for col in ("", "value", "how it was found"):
+        machine.add_column(col)
+    gpus = ", ".join(f"{g.name} ({g.memory_gb:.1f} GB)" for g in profile.gpus.value) or "none"
+    rows = [("CPU cores (physical)", str(profile.cpu_physical.value), profile.cpu_physical.reason),
+            ("CPU threads (logical)", str(profile.cpu_logical.value), profile.cpu_logical.reason),
+            ("RAM total", f"{profile.ram_total_gb.value:.1f} GB", profile.ram_total_gb.reason),
+            ("RAM available", f"{profile.ram_available_gb.value:.1f} GB", profile.ram_available_gb.reason),
+            ("disk free", f"{profile.disk_free_gb.value:.1f} GB", profile.disk_free_gb.reason),
+            ("CUDA GPUs", gpus, profile.gpus.reason),
+            ("Apple MPS", "yes" if profile.mps.value else "no", profile.mps.reason),
+            ("training device", profile.device.value, profile.device.reason)]
+    for row in rows:
+        machine.add_row(*row)
+    console.print(machine)
+    console.print(f"RAM budget for the node: {ram_budget_gb(profile):.1f} GB (available RAM, at most 80 % of the total)"
+                  f"; data directory {profile.data_dir}")
+
+    models = Table(title="Models (largest first; speeds are estimates)", title_justify="left")
+    for col in ("model", "verdict", "RAM GB", "GPU GB", "disk GB", "round s", "why"):
+        models.add_column(col, overflow="fold")
+    style = {"fits": "green", "slow": "yellow", "doesn't fit": "red"}
+    for v in choice.verdicts:
+        host, gpu = v.memory.placement(profile.device.value)
+        mark = " *" if v.model_id == choice.entry.id else ""
+        models.add_row(v.model_id + mark, f"[{style[v.status]}]{v.status}[/]", f"{host:.1f}",
+                       f"{gpu:.1f}" if gpu else "-", f"{v.memory.disk_gb:.1f}", f"{v.round.seconds:.0f}", v.reason)
+    console.print(models)
+
+    chosen = choice.verdict(choice.entry.id).memory
+    parts = ", ".join(f"{k} {val:.2f}" for k, val in chosen.train.items())
+    console.print(f"[bold]Choice:[/] {choice.reason}")
+    console.print(f"  training step (GB): {parts}; peak {chosen.train_gb:.2f}")
+    console.print("  sampler (GB): " + ", ".join(f"{k} {val:.2f}" for k, val in chosen.sample.items()))
+    if choice.micro_batch_size != configured_micro_batch:
+        console.print(f"  micro-batch: {choice.micro_batch_size} fits memory; the config's train.micro_batch_size "
+                      f"{configured_micro_batch} does not (set it, or let the node lower it)")
+    for w in choice.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cfg = _config(args)
+        profile = detect_hardware(_pairs(args.override, "--override"))
+        choice = choose_model(profile, load_catalogue(), cfg)
+    except (ConfigError, HardwareOverrideError, CatalogError) as e:
+        print(f"sapo-node hardware: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report(profile, choice), indent=2))
+    else:
+        _print_human(profile, choice, cfg.train.micro_batch_size)
+    return 0

