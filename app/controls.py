@@ -1,0 +1,269 @@
+"""The controls: the status panel on top of every tab, and the share-and-rules settings.
+
+`StatusPanel` shows the node's state and its reason at all times, the round's phase, and
+the buttons that change it: Pause now, Pause after this round, Resume, Snooze 1 h, Start.
+`ShareSettings` holds what the volunteer gives: the CPU share (throttle), threads, and the
+power rules of `ControlConfig` (battery, idle, schedule, temperature, free memory).
+Both only emit requests; the window sends them to the node and saves them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QCheckBox, QDoubleSpinBox, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel,
+                               QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
+
+from sapo_core.config import ConfigError, ControlConfig, field_help
+from sapo_core.control import protocol as P
+
+from app.models import NodeStatus
+
+SNOOZE_SECONDS = 3600.0
+STATE_COLORS = {P.RUNNING: "#1B7F3B", P.PAUSED: "#9A6700", P.SNOOZED: "#9A6700", P.PAUSING: "#9A6700",
+                P.CRASHED: "#B42318", P.STARTING: "#1F4E99"}
+GRAY = "#555555"
+
+
+class StatusPanel(QFrame):
+    pause_requested = Signal(bool)
+    """Pause: now (False) or after this round (True)."""
+    resume_requested = Signal()
+    """Undo a pause or a snooze."""
+    snooze_requested = Signal(float)
+    """Pause for this many seconds, then resume by itself."""
+    start_requested = Signal()
+    """Start the node (it is not running)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("statusPanel")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.state_label = QLabel()
+        self.state_label.setObjectName("stateLabel")
+        self.reason_label = QLabel(wordWrap=True)
+        self.reason_label.setObjectName("reasonLabel")
+        self.reason_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.progress = QProgressBar(textVisible=False, maximumHeight=6)
+        self.resources_label = QLabel()
+        self.resources_label.setObjectName("resourcesLabel")
+
+        self.pause_button = QPushButton("Pause now")
+        self.pause_button.setToolTip("Pause within a couple of seconds, mid-round; the node keeps its state")
+        self.pause_after_button = QPushButton("Pause after this round")
+        self.pause_after_button.setToolTip("Finish the round in progress, then pause")
+        self.resume_button = QPushButton("Resume")
+        self.snooze_button = QPushButton("Snooze 1 h")
+        self.snooze_button.setToolTip("Pause for an hour, then resume by itself")
+        self.start_button = QPushButton("Start")
+        self.start_button.setToolTip("Start the node with the saved settings")
+        self.pause_button.clicked.connect(self._on_pause_button_clicked)
+        self.pause_after_button.clicked.connect(self._on_pause_after_button_clicked)
+        self.resume_button.clicked.connect(self.resume_requested)
+        self.snooze_button.clicked.connect(self._on_snooze_button_clicked)
+        self.start_button.clicked.connect(self.start_requested)
+
+        text = QVBoxLayout()
+        text.setSpacing(2)
+        text.addWidget(self.state_label)
+        text.addWidget(self.reason_label)
+        text.addWidget(self.resources_label)
+        buttons = QHBoxLayout()
+        for b in (self.start_button, self.pause_button, self.pause_after_button, self.resume_button,
+                  self.snooze_button):
+            buttons.addWidget(b)
+        top = QHBoxLayout()
+        top.addLayout(text, 1)
+        top.addLayout(buttons)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 6)
+        layout.addLayout(top)
+        layout.addWidget(self.progress)
+        self.refresh(NodeStatus())
+
+    def refresh(self, s: NodeStatus) -> None:
+        color = STATE_COLORS.get(s.state, GRAY)
+        self.state_label.setText(f"<span style='color:{color}; font-size:15pt; font-weight:600'>● {s.title}</span>")
+        self.state_label.setProperty("state", s.state)  # tests and style sheets read it
+        detail = s.detail or " "
+        self.reason_label.setText(detail if len(detail) <= 160 else detail[:157] + "…")
+        self.reason_label.setToolTip(detail if len(detail) > 160 else "")
+        extras = []
+        if s.model_id:
+            extras.append(f"model {s.model_id} ({s.sampler})")
+        if s.alive and s.rss_bytes:
+            extras.append(f"node memory {s.rss_bytes / 2**20:,.0f} MB")
+        if s.alive:
+            extras.append(f"CPU share {s.throttle:.0%}")
+        self.resources_label.setText(" · ".join(extras))
+        by_you = s.state == P.PAUSED and s.reason.startswith("paused by you")
+        alive = s.alive and s.state != P.STOPPING
+        self.start_button.setVisible(not s.alive)
+        self.pause_button.setEnabled(alive and not by_you)
+        self.pause_after_button.setEnabled(s.state == P.RUNNING)
+        self.resume_button.setEnabled(alive and s.state in (P.PAUSED, P.SNOOZED, P.PAUSING))
+        self.snooze_button.setEnabled(alive and s.state != P.SNOOZED)
+        if s.state == P.RUNNING and s.total:
+            self.progress.setRange(0, s.total)
+            self.progress.setValue(min(s.done, s.total))
+        elif s.state in (P.STARTING, P.STOPPING) or (s.state == P.RUNNING and s.phase):
+            self.progress.setRange(0, 0)  # busy, length unknown
+        else:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+
+    def _on_pause_button_clicked(self) -> None:
+        self.pause_requested.emit(False)
+
+    def _on_pause_after_button_clicked(self) -> None:
+        self.pause_requested.emit(True)
+
+    def _on_snooze_button_clicked(self) -> None:
+        self.snooze_requested.emit(SNOOZE_SECONDS)
+
+
+class ShareSettings(QWidget):
+    throttle_changed = Signal(float)
+    """The CPU share the node may use, 0.05..1 (sent when the slider is released)."""
+    threads_changed = Signal(int)
+    """Threads for sampling and training; 0 = all physical cores."""
+    rules_changed = Signal(object)
+    """A whole new ControlConfig (the power rules and the throttle), after Apply."""
+    setup_requested = Signal()
+    """Run the first-run setup again (model, swarm)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        helps = field_help(ControlConfig)
+        self.control = ControlConfig()
+        self.threads = 0
+
+        share = QGroupBox("Share of this computer")
+        form = QFormLayout(share)
+        self.throttle_slider = QSlider(Qt.Orientation.Horizontal, minimum=5, maximum=100, singleStep=5, pageStep=10)
+        self.throttle_slider.setToolTip(helps["throttle"])
+        self.throttle_value = QLabel()
+        self.throttle_value.setMinimumWidth(48)
+        self.throttle_slider.valueChanged.connect(self._on_throttle_slider_value_changed)
+        self.throttle_slider.sliderReleased.connect(self._on_throttle_slider_released)
+        row = QHBoxLayout()
+        row.addWidget(self.throttle_slider, 1)
+        row.addWidget(self.throttle_value)
+        form.addRow("CPU time:", row)
+        self.threads_spin = QSpinBox(minimum=0, maximum=max(1, os.cpu_count() or 1), specialValueText="all cores")
+        self.threads_spin.setToolTip("Threads for sampling and training; fewer leaves cores free for you")
+        self.threads_spin.editingFinished.connect(self._on_threads_spin_editing_finished)
+        form.addRow("Threads:", self.threads_spin)
+        self.threads_spin.setMaximumWidth(160)
+
+        rules = QGroupBox("When to run")
+        form = QFormLayout(rules)
+        self.battery_check = QCheckBox("Pause while on battery", toolTip=helps["pause_on_battery"])
+        self.idle_check = QCheckBox("Run only while I am away", toolTip=helps["only_when_idle"])
+        self.idle_minutes = QDoubleSpinBox(minimum=0, maximum=240, decimals=0, suffix=" min without input",
+                                           toolTip=helps["idle_minutes"])
+        self.schedule_edit = QLineEdit(placeholderText="any time, e.g. mon-fri 18:00-08:00; sat-sun 00:00-24:00",
+                                       toolTip=helps["schedule"])
+        self.temperature_spin = QDoubleSpinBox(minimum=0, maximum=120, decimals=0, suffix=" °C",
+                                               specialValueText="no limit", toolTip=helps["max_temperature_c"])
+        self.memory_spin = QDoubleSpinBox(minimum=0, maximum=1024, decimals=1, singleStep=0.5, suffix=" GB",
+                                          specialValueText="no limit", toolTip=helps["min_free_memory_gb"])
+        for spin in (self.temperature_spin, self.memory_spin):
+            spin.setMaximumWidth(160)
+        form.addRow(self.battery_check)
+        idle = QHBoxLayout()
+        idle.addWidget(self.idle_check)
+        idle.addWidget(self.idle_minutes)
+        idle.addStretch(1)
+        form.addRow(idle)
+        form.addRow("Schedule:", self.schedule_edit)
+        form.addRow("Pause above CPU temperature:", self.temperature_spin)
+        form.addRow("Pause when free memory is below:", self.memory_spin)
+        self.rules_error = QLabel(wordWrap=True)
+        self.rules_error.setObjectName("errorText")
+        self.apply_button = QPushButton("Apply rules")
+        self.apply_button.clicked.connect(self._on_apply_button_clicked)
+        apply_row = QHBoxLayout()
+        apply_row.addWidget(self.rules_error, 1)
+        apply_row.addWidget(self.apply_button)
+        form.addRow(apply_row)
+
+        node = QGroupBox("Model and swarm")
+        col = QVBoxLayout(node)
+        self.node_label = QLabel(wordWrap=True)
+        self.node_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.setup_button = QPushButton("Setup again…")
+        self.setup_button.setToolTip("Choose the model, the swarm and the share again; the node restarts")
+        self.setup_button.clicked.connect(self.setup_requested)
+        col.addWidget(self.node_label)
+        col.addWidget(self.setup_button, 0, Qt.AlignmentFlag.AlignLeft)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(share)
+        layout.addWidget(rules)
+        layout.addWidget(node)
+        layout.addStretch(1)
+        self.set_control(self.control, 0)
+
+    def set_control(self, control: ControlConfig, threads: int) -> None:
+        """Show these values (no signal is emitted)."""
+        self.control, self.threads = control, threads
+        widgets = (self.throttle_slider, self.threads_spin, self.battery_check, self.idle_check, self.idle_minutes,
+                   self.schedule_edit, self.temperature_spin, self.memory_spin)
+        for w in widgets:
+            w.blockSignals(True)
+        self.throttle_slider.setValue(round(control.throttle * 100))
+        self.throttle_value.setText(f"{round(control.throttle * 100)} %")
+        self.threads_spin.setValue(threads)
+        self.battery_check.setChecked(control.pause_on_battery)
+        self.idle_check.setChecked(control.only_when_idle)
+        self.idle_minutes.setValue(control.idle_minutes)
+        self.schedule_edit.setText(control.schedule)
+        self.temperature_spin.setValue(control.max_temperature_c)
+        self.memory_spin.setValue(control.min_free_memory_gb)
+        for w in widgets:
+            w.blockSignals(False)
+        self.rules_error.clear()
+
+    def set_node_text(self, text: str) -> None:
+        self.node_label.setText(text)
+
+    def edited_control(self) -> ControlConfig:
+        """The rules as the widgets show them; ConfigError says which one is wrong."""
+        return dataclasses.replace(
+            self.control, throttle=self.throttle_slider.value() / 100, pause_on_battery=self.battery_check.isChecked(),
+            only_when_idle=self.idle_check.isChecked(), idle_minutes=self.idle_minutes.value(),
+            schedule=self.schedule_edit.text().strip(), max_temperature_c=self.temperature_spin.value(),
+            min_free_memory_gb=self.memory_spin.value())
+
+    def _on_throttle_slider_value_changed(self, value: int) -> None:
+        self.throttle_value.setText(f"{value} %")
+        if not self.throttle_slider.isSliderDown():  # keyboard, wheel, setValue from a test
+            self._on_throttle_slider_released()
+
+    def _on_throttle_slider_released(self) -> None:
+        share = self.throttle_slider.value() / 100
+        if abs(share - self.control.throttle) > 1e-9:
+            self.control = dataclasses.replace(self.control, throttle=share)
+            self.throttle_changed.emit(share)
+
+    def _on_threads_spin_editing_finished(self) -> None:
+        if self.threads_spin.value() != self.threads:
+            self.threads = self.threads_spin.value()
+            self.threads_changed.emit(self.threads)
+
+    def _on_apply_button_clicked(self) -> None:
+        try:
+            control = self.edited_control()
+        except ConfigError as e:
+            self.rules_error.setText(str(e))
+            return
+        self.rules_error.setText("")
+        self.control = control
+        self.rules_changed.emit(control)
+
+
+__all__ = ["StatusPanel", "ShareSettings", "SNOOZE_SECONDS"]

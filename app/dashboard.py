@@ -1,0 +1,315 @@
+"""The dashboard: how this node learns, round by round (pyqtgraph).
+
+Six plots over a `RoundHistory`: reward per round with its rolling mean, cumulative reward,
+accuracy per task, the share of training groups that came from peers, tokens/s (sampling
+and training), time per phase. All curves downsample ('peak') and clip to the view, so
+10,000 rounds redraw within a frame (`sapo-bench gui` measures it). Redraws are coalesced:
+a burst of rounds (the history loading) costs one redraw.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, QMessageBox, QPushButton, QSpinBox,
+                               QVBoxLayout, QWidget)
+
+from app.models import PHASE_GROUPS, RoundHistory
+
+# Okabe-Ito, readable on white and by colour-blind users
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442", "#999999")
+RAW_PEN = pg.mkPen("#B8C4D6", width=1)
+REFRESH_DELAY_MS = 100
+# pyqtgraph draws ~5 samples per pixel by default; with 'peak' (min and max of each bin) one bin
+# per pixel looks the same and costs a fifth (sapo-bench gui)
+SAMPLES_PER_PIXEL = 1.0
+# Qt's raster engine draws lines wider than 1 px segment by segment: with thousands of rounds that
+# costs more than everything else in a redraw (sapo-bench gui), so long histories get 1 px lines
+THICK_LINES_UP_TO = 2000
+# a curve of a few points is drawn with dots too: a single point has no line to show it
+DOTS_UP_TO = 40
+
+
+def axis_end(last_round: int) -> float:
+    """Right end of the round axis: the last round plus about 10 %, rounded up to two significant
+    digits, so that a new round moves the axis (and makes every axis redraw its ticks) only
+    now and then: every round below 20, every 1,000 rounds around 10,000."""
+    target = max(10.0, last_round * 1.1)
+    step = 10.0 ** max(0, math.floor(math.log10(target)) - 1)
+    return math.ceil(target / step) * step
+
+
+def configure_pyqtgraph() -> None:
+    pg.setConfigOptions(background="w", foreground="#222222", antialias=False, useNumba=False)
+
+
+def _tint(color: str, white: float) -> str:
+    """The colour mixed with `white` of white: opaque fills that stay light behind the lines."""
+    rgb = [int(color[k:k + 2], 16) for k in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * white):02X}" for c in rgb)
+
+
+def _pen(i: int, width: float = 2.0) -> pg.QtGui.QPen:
+    return pg.mkPen(PALETTE[i % len(PALETTE)], width=width)
+
+
+class DashboardView(QWidget):
+    refreshed = Signal(int)
+    """The plots were redrawn; the number of rounds they show."""
+    window_changed = Signal(int)
+    """The user chose another rolling-mean window (rounds)."""
+
+    def __init__(self, history: RoundHistory, window: int = 20, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        configure_pyqtgraph()
+        self.history = history
+        self.window = window
+        self.store_file: Path | None = None  # the run store CSV export reads
+        self._titles: dict[str, str] = {}
+        self._legends: dict[str, list[tuple[str, str]]] = {}  # plot -> (name, colour) under its title
+        self._widths: dict[str, float] = {}  # each curve's line width while the history is short
+        self._thin = False
+        self._follow = True  # the round axis shows every round until the user zooms or pans
+        self._timer = QTimer(self, singleShot=True, interval=REFRESH_DELAY_MS)
+        self._timer.timeout.connect(self.refresh)
+
+        self.summary = QLabel(wordWrap=True)
+        self.summary.setObjectName("dashboardSummary")
+        self.window_spin = QSpinBox(minimum=1, maximum=1000, value=window, suffix=" rounds")
+        self.window_spin.setToolTip("How many rounds the rolling means average over")
+        self.window_spin.valueChanged.connect(self._on_window_spin_value_changed)
+        self.png_button = QPushButton("Export PNG…")
+        self.png_button.clicked.connect(self._on_png_button_clicked)
+        self.csv_button = QPushButton("Export CSV…")
+        self.csv_button.clicked.connect(self._on_csv_button_clicked)
+        top = QHBoxLayout()
+        top.addWidget(self.summary, 1)
+        top.addWidget(QLabel("Rolling mean over"))
+        top.addWidget(self.window_spin)
+        top.addWidget(self.png_button)
+        top.addWidget(self.csv_button)
+
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setMinimumHeight(360)
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self._build_plots()
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addLayout(top)
+        layout.addWidget(self.graphics, 1)
+        self.refresh()
+
+    # --- plots -------------------------------------------------------------------------------------
+    def _plot(self, key: str, title: str, row: int, col: int) -> pg.PlotItem:
+        p = self.graphics.addPlot(row=row, col=col)
+        self._titles[key] = title
+        p.setDownsampling(auto=True, mode="peak")
+        p.setClipToView(True)
+        p.showGrid(x=True, y=True, alpha=0.25)
+        p.setLabel("bottom", "round")
+        p.setMenuEnabled(False)
+        p.enableAutoRange(x=False)  # the round axis is ours (refresh); y follows the data
+        p.getViewBox().sigRangeChangedManually.connect(self._on_view_range_changed_manually)
+        if self.plots:
+            p.setXLink(next(iter(self.plots.values())))  # zoom one, zoom all
+        self.plots[key] = p
+        return p
+
+    def _curve(self, plot_key: str, key: str, pen: pg.QtGui.QPen, name: str | None = None) -> pg.PlotDataItem:
+        self._widths[key] = pen.widthF()
+        c = self.plots[plot_key].plot(pen=pen, skipFiniteCheck=True)  # the history holds finite numbers only
+        c.setDownsampling(auto=True, method="peak")
+        c.opts["autoDownsampleFactor"] = SAMPLES_PER_PIXEL  # no setter for it in pyqtgraph 0.13/0.14
+        c.setClipToView(True)
+        self.curves[key] = c
+        if name:
+            self._legends.setdefault(plot_key, []).append((name, pen.color().name()))
+            self._set_title(plot_key)
+        return c
+
+    def _set_title(self, plot_key: str) -> None:
+        """The title, with the legend under it: a legend box inside the plot would hide data."""
+        entries = [f"<span style='color:{color}'>■</span>&nbsp;{name}" for name, color in self._legends[plot_key]]
+        lines = [" &nbsp; ".join(entries[i:i + 4]) for i in range(0, len(entries), 4)]
+        self.plots[plot_key].setTitle(f"{self._titles[plot_key]}<br><span style='font-size:8pt'>"
+                                      f"{'<br>'.join(lines)}</span>")
+
+    def _build_plots(self) -> None:
+        self._plot("reward", "Reward per round", 0, 0)
+        self._curve("reward", "reward/raw", RAW_PEN, "each round")
+        self._curve("reward", "reward/rolling", _pen(0, 2.5), "rolling mean")
+        self._plot("cumulative", "Cumulative reward", 0, 1)
+        self._curve("cumulative", "cumulative", _pen(1, 2.5), "sum of rewards per question")
+        self._plot("accuracy", "Accuracy per task (rolling mean)", 0, 2).setYRange(0, 1, padding=0.02)
+        self._legends["accuracy"] = []
+        self._set_title("accuracy")
+        self._plot("peers", "Share of groups from peers", 1, 0).setYRange(0, 1, padding=0.02)
+        self._curve("peers", "peers/raw", RAW_PEN, "each round")
+        self._curve("peers", "peers/rolling", _pen(2, 2.5), "rolling mean")
+        self._plot("speed", "Tokens per second (rolling mean)", 1, 1)
+        self._curve("speed", "speed/sample", _pen(0), "sampling")
+        self._curve("speed", "speed/train", _pen(1), "training")
+        self._plot("time", "Time per round by phase (s, rolling mean)", 1, 2)
+        # stacked bands: each curve is the running total up to its phase, filled down to 0 and drawn
+        # over the ones above it, so the visible part of each fill is that phase's own share
+        for i, (name, _) in enumerate(PHASE_GROUPS):
+            c = self._curve("time", f"time/{name}", _pen(i, 1.0), name)
+            c.setFillLevel(0)
+            c.setBrush(pg.mkBrush(_tint(PALETTE[i % len(PALETTE)], 0.45)))
+            c.setZValue(len(PHASE_GROUPS) - i)
+        for col in range(3):  # equal columns, whatever the length of a title
+            self.graphics.ci.layout.setColumnStretchFactor(col, 1)
+            self.graphics.ci.layout.setColumnPreferredWidth(col, 300)
+        cached = QGraphicsItem.CacheMode.DeviceCoordinateCache
+        for plot in self.plots.values():
+            plot.getAxis("left").setWidth(44)
+            # axes (with their grid) and titles change only when a range or a name does: keep them as
+            # pixmaps instead of replaying their text every frame (halves a redraw: sapo-bench gui)
+            for item in (plot.getAxis("left"), plot.getAxis("bottom"), plot.titleLabel):
+                item.setCacheMode(cached)
+
+    def _task_curve(self, task: str) -> pg.PlotDataItem:
+        key = f"accuracy/{task}"
+        if key not in self.curves:
+            n = sum(1 for k in self.curves if k.startswith("accuracy/"))
+            c = self._curve("accuracy", key, _pen(n), task.replace("_", " "))
+            if self._thin:
+                c.setPen(_pen(n, 1.0))
+        return self.curves[key]
+
+    # --- drawing -----------------------------------------------------------------------------------
+    def schedule_refresh(self) -> None:
+        """Redraw soon; several calls in a burst cost one redraw."""
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def refresh(self) -> None:
+        h, w = self.history, self.window
+        self.curves["reward/raw"].setData(*h.get("reward/mean"))
+        x, rolling = h.rolling("reward/mean", w)
+        self.curves["reward/rolling"].setData(x, rolling)
+        self.curves["cumulative"].setData(*h.cumulative("reward/sum" if "reward/sum" in h.series else "reward/mean"))
+        for task in h.keys_under("accuracy/", skip=("mean",)):
+            self._task_curve(task[len("accuracy/"):]).setData(*h.rolling(task, w))
+        self.curves["peers/raw"].setData(*h.get("groups/external_share"))
+        self.curves["peers/rolling"].setData(*h.rolling("groups/external_share", w))
+        self.curves["speed/sample"].setData(*h.rolling("sampler/tok_per_s", w))
+        self.curves["speed/train"].setData(*h.rolling("train/tok_per_s", w))
+        x, bands = h.stacked(PHASE_GROUPS, w)
+        below = None
+        for (name, _), band in zip(PHASE_GROUPS, bands):
+            curve = self.curves[f"time/{name}"]
+            curve.setData(x, band)
+            # a band this node never has (sharing, alone) stays out of the legend's way
+            curve.setVisible(below is None or bool(len(band)) and not np.array_equal(band, below))
+            below = band
+        for key, curve in self.curves.items():
+            dots = curve.xData is not None and 0 < len(curve.xData) <= DOTS_UP_TO and not key.endswith("/raw") \
+                and not key.startswith("time/")
+            if dots != (curve.opts["symbol"] is not None):
+                pen = curve.opts["pen"]
+                curve.setSymbol("o" if dots else None)
+                if dots:
+                    curve.setSymbolSize(5)
+                    curve.setSymbolPen(pen)
+                    curve.setSymbolBrush(pg.mkPen(pen).color())
+        if (h.rounds > THICK_LINES_UP_TO) != self._thin:
+            self._thin = not self._thin
+            for key, curve in self.curves.items():
+                pen = pg.mkPen(curve.opts["pen"])
+                pen.setWidthF(1.0 if self._thin else self._widths[key])
+                curve.setPen(pen)
+        first = next(iter(self.plots.values()))
+        if self._follow or any(p.getViewBox().autoRangeEnabled()[0] for p in self.plots.values()):
+            # following again after the plot's "A" button; keep the axis still between its steps
+            self._follow = True
+            end = axis_end(h.last_round)
+            if first.getViewBox().viewRange()[0] != [0.0, end]:
+                for p in self.plots.values():
+                    p.enableAutoRange(x=False)
+                first.setXRange(0, end, padding=0)
+        self.summary.setText(self.summary_text(rolling[-1] if len(rolling) else None))
+        self.refreshed.emit(h.rounds)
+
+    def summary_text(self, rolling: float | None = None) -> str:
+        h = self.history
+        if not h.rounds:
+            return ("No rounds yet. The curves fill in as rounds end; "
+                    "a run's history comes back from its run store when the app restarts.")
+        if rolling is None:
+            _, means = h.rolling("reward/mean", self.window)
+            rolling = float(means[-1]) if len(means) else None
+        parts = [f"<b>{h.rounds:,} round{'s' * (h.rounds != 1)}</b> (last: {h.last_round:,})",
+                 f"reward {h.last('reward/mean'):.3f}"
+                 + (f", rolling mean {rolling:.3f}" if rolling is not None else ""),
+                 f"accuracy {h.last('accuracy/mean'):.2f}"]
+        share = h.last("groups/external_share")
+        if not math.isnan(share):
+            parts.append(f"{share:.0%} of groups from peers")
+        speed = h.last("sampler/tok_per_s")
+        if not math.isnan(speed):
+            parts.append(f"{speed:.0f} tok/s sampling")
+        return " · ".join(parts)
+
+    def _on_view_range_changed_manually(self, _mask: object) -> None:
+        self._follow = False  # the user zoomed or panned: leave the axis where they put it
+
+    def points(self, key: str) -> int:
+        """Points a curve holds (tests: the plot gained one when a round ended)."""
+        x = self.curves[key].xData  # the data as given, before clipping and downsampling
+        return 0 if x is None else len(x)
+
+    def set_window(self, rounds: int) -> None:
+        self.window = max(1, int(rounds))
+        if self.window_spin.value() != self.window:
+            self.window_spin.setValue(self.window)
+        self.refresh()
+
+    def _on_window_spin_value_changed(self, value: int) -> None:
+        if value != self.window:
+            self.window = value
+            self.schedule_refresh()
+            self.window_changed.emit(value)
+
+    # --- export ------------------------------------------------------------------------------------
+    def export_png(self, path: str | Path) -> bool:
+        return self.graphics.grab().save(str(path), "PNG")
+
+    def export_csv(self, path: str | Path) -> int:
+        """Every figure of every round in the run store as CSV; returns the rounds written."""
+        from sapo_core.store import RunStore, export_csv
+
+        if self.store_file is None or not self.store_file.is_file():
+            raise FileNotFoundError("no run store yet: the first round has not ended")
+        store = RunStore(self.store_file, readonly=True)
+        try:
+            rows = store.rounds()
+        finally:
+            store.close()
+        with open(path, "w", newline="", encoding="utf-8") as out:
+            export_csv(rows, out)
+        return len(rows)
+
+    def _on_png_button_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export the plots as PNG", "sapo-dashboard.png", "PNG (*.png)")
+        if path and not self.export_png(path):
+            QMessageBox.warning(self, "Export PNG", f"Could not write {path}.")
+
+    def _on_csv_button_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export every round's figures as CSV", "sapo-rounds.csv",
+                                              "CSV (*.csv)")
+        if not path:
+            return
+        try:
+            self.export_csv(path)
+        except (OSError, FileNotFoundError) as e:
+            QMessageBox.warning(self, "Export CSV", f"Could not export: {e}")
+
+
+__all__ = ["DashboardView", "configure_pyqtgraph", "PALETTE"]

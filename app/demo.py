@@ -1,0 +1,99 @@
+"""Made-up round figures with the node's keys, for `sapo-bench gui` and for screenshots when
+there is no real run to show. Never shown as real: screenshots taken with them say
+"demo data" in the window title.
+
+The shapes follow what a node records (`Node._round_figures` and the swarm's `stats`):
+reward rising slowly with noise, three tasks taking turns, about half the groups from peers,
+the swarm's counters with an occasional rejection.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sqlite3
+from pathlib import Path
+from typing import Iterator
+
+from sapo_core.control import protocol as P
+from sapo_core.store import STORE_NAME, RunStore
+
+TASKS = ("basic_arithmetic", "fraction_simplification", "calendar_arithmetic")
+DEMO_PEERS = ("brave-otter-3f1a", "calm-heron-9b20", "quick-lynx-07c4", "mild-panda-5e88")
+
+
+def demo_metrics(r: int, rng: random.Random, swarm: bool = True) -> dict[str, float]:
+    progress = 1 - math.exp(-r / 400)
+    m: dict[str, float] = {}
+    rewards = []
+    for k, task in enumerate(TASKS):
+        if (r + k) % 3 == 2:
+            continue  # two of the three tasks each round
+        acc = min(1.0, max(0.0, 0.05 + 0.35 * progress * (1 - 0.3 * k) + rng.gauss(0, 0.08)))
+        m[f"accuracy/{task}"], m[f"reward/{task}"] = acc, acc
+        rewards.append(acc)
+    mean = sum(rewards) / len(rewards)
+    m.update({"reward/mean": mean, "reward/sum": 2 * mean, "accuracy/mean": mean, "groups/local": 2.0,
+              "groups/external": 2.0 if swarm else 0.0, "groups/external_share": (0.5 + rng.gauss(0, 0.05)) if swarm
+              else 0.0, "groups/trained": 3.0, "sampler/tok_per_s": 190 + rng.gauss(0, 12),
+              "train/tok_per_s": 185 + rng.gauss(0, 10), "loss/policy": rng.gauss(0, 0.05)})
+    times = {"sample": 38.0, "score": 0.2, "share": 0.4, "gather": 1.2, "prepare": 0.1, "update": 52.0, "sync": 1.5,
+             "save": 0.6}
+    for phase, t in times.items():
+        if swarm or phase not in ("share", "gather"):
+            m[f"time/{phase}"] = max(0.0, t * (1 + rng.gauss(0, 0.1)))
+    m["time/round"] = sum(v for k, v in m.items() if k.startswith("time/"))
+    if swarm:
+        rejected = 1.0 if rng.random() < 0.15 else 0.0
+        m.update({"swarm/published": 2.0, "swarm/received": 6.0, "swarm/accepted": 6.0 - rejected,
+                  "swarm/used": 2.0, "swarm/rejected": rejected, "swarm/peers": 3.0, "swarm/dht_peers": 4.0,
+                  "swarm/ignored_peers": 0.0})
+        if rejected:
+            m["swarm/rejected/zero_advantage" if rng.random() < 0.8 else "swarm/rejected/answer_mismatch"] = rejected
+    return m
+
+
+def demo_rows(n: int, seed: int = 0, swarm: bool = True) -> Iterator[tuple[int, dict[str, float]]]:
+    rng = random.Random(seed)
+    for r in range(1, n + 1):
+        yield r, demo_metrics(r, rng, swarm)
+
+
+def write_demo_store(run_dir: Path, n: int, seed: int = 0) -> Path:
+    """A run store holding n made-up rounds (what the node would have written)."""
+    path = run_dir / STORE_NAME
+    RunStore(path).close()  # the schema, as the node creates it
+    # RunStore.record_round commits (and fsyncs) each row: 10,000 of them take minutes. One transaction
+    # over the same table takes a fraction of a second.
+    db = sqlite3.connect(path)
+    try:
+        with db:
+            db.executemany("INSERT OR REPLACE INTO rounds (round, started, ended, metrics) VALUES (?, ?, ?, ?)",
+                           ((r, 1.7e9 + 100 * r, 1.7e9 + 100 * r + m["time/round"], json.dumps(m, sort_keys=True))
+                            for r, m in demo_rows(n, seed)))
+    finally:
+        db.close()
+    return path
+
+
+def demo_node_events(rounds: int) -> list[P.Message]:
+    """What a node in a swarm says about itself (identity, a state, gather progress naming peers)."""
+    peer = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
+    out: list[P.Message] = [
+        P.Hello(protocol=P.PROTOCOL_VERSION, pid=4242, python="3.11.7", package_version="0.1.0"),
+        P.NodeInfo(model_id="smollm2-135m-instruct", sampler="llamacpp", run_dir="(demo)", next_round=rounds + 1,
+                   peer_id=peer, node_name="keen-falcon-2c7d",
+                   visible_maddrs=[f"/ip4/192.168.1.20/tcp/31337/p2p/{peer}"],
+                   join_address=f"/ip4/192.168.1.20/tcp/31337/p2p/{peer}"),
+        P.State(state=P.RUNNING, reason="", round=rounds + 1),
+    ]
+    for i, name in enumerate(DEMO_PEERS):
+        out.append(P.Progress(round=rounds - i % 2, phase="gather", done=i, total=len(DEMO_PEERS), info={"peer": name}))
+    out.append(P.Progress(round=rounds + 1, phase="sample", done=5, total=16))
+    out.append(P.Heartbeat(t=0.0, state=P.RUNNING, round=rounds + 1, cpu_seconds=100.0, rss_bytes=1_450_000_000,
+                           throttle=0.5))
+    return out
+
+
+__all__ = ["demo_rows", "demo_metrics", "write_demo_store", "demo_node_events", "TASKS", "DEMO_PEERS"]

@@ -1,0 +1,134 @@
+"""The swarm view: who this node is, who it met, what it exchanged, how others join it.
+
+Drawn from a `SwarmModel`: identity from the node's NodeInfo, exchanges summed from every
+round's `swarm/...` figures (history included), peer names from the gather phase's progress.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
+                               QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from app.models import SwarmModel
+
+TOTAL_WORDS = {
+    "published": ("Published", "groups of ours put on the swarm for others"),
+    "received": ("Received", "groups in peers' records we fetched"),
+    "accepted": ("Accepted", "received groups that passed verification (questions regenerated, answers re-scored)"),
+    "used": ("Trained on", "accepted groups picked for our own update"),
+    "rejected": ("Rejected", "records or groups refused; the reasons are below"),
+}
+
+
+def _table(headers: list[str]) -> QTableWidget:
+    t = QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.verticalHeader().setVisible(False)
+    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    t.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    t.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
+    return t
+
+
+class SwarmView(QWidget):
+    invite_copied = Signal(str)
+    """The invite address went to the clipboard."""
+
+    def __init__(self, model: SwarmModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.notice = QLabel(wordWrap=True)
+        self.notice.setObjectName("swarmNotice")
+
+        who = QGroupBox("This node")
+        form = QFormLayout(who)
+        self.name_label = QLabel("—")
+        self.peer_label = QLabel("—")
+        for label in (self.name_label, self.peer_label):
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.peer_label.setWordWrap(True)
+        self.invite_edit = QLineEdit(readOnly=True, placeholderText="known once the node has joined its swarm")
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setToolTip("Copy the address others paste into their setup to join through this node")
+        self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        invite = QHBoxLayout()
+        invite.addWidget(self.invite_edit, 1)
+        invite.addWidget(self.copy_button)
+        form.addRow("Name:", self.name_label)
+        form.addRow("Peer ID:", self.peer_label)
+        form.addRow("Invite others with:", invite)
+
+        counts = QGroupBox("Groups exchanged (since the run began)")
+        grid = QGridLayout(counts)
+        self.total_labels: dict[str, QLabel] = {}
+        for col, (key, (word, tip)) in enumerate(TOTAL_WORDS.items()):
+            value = QLabel("0")
+            value.setObjectName("bigNumber")
+            value.setToolTip(tip)
+            caption = QLabel(word)
+            caption.setToolTip(tip)
+            grid.addWidget(value, 0, col)
+            grid.addWidget(caption, 1, col)
+            self.total_labels[key] = value
+        self.peers_label = QLabel()
+        grid.addWidget(self.peers_label, 2, 0, 1, len(TOTAL_WORDS))
+
+        self.peers_table = _table(["Peer", "Last round"])
+        self.peers_table.horizontalHeaderItem(1).setToolTip(
+            "The last round whose gather verified a record of this peer")
+        self.rejections_table = _table(["Why rejected", "Count"])
+        peers_box, rejections_box = QGroupBox("Peers seen"), QGroupBox("Rejections by reason")
+        QVBoxLayout(peers_box).addWidget(self.peers_table)
+        QVBoxLayout(rejections_box).addWidget(self.rejections_table)
+        tables = QHBoxLayout()
+        tables.addWidget(peers_box, 1)
+        tables.addWidget(rejections_box, 1)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(self.notice)
+        layout.addWidget(who)
+        layout.addWidget(counts)
+        layout.addLayout(tables, 1)
+        self.refresh()
+
+    def refresh(self) -> None:
+        m = self.model
+        if m.alone is None:
+            self.notice.setText("The swarm identity appears once the node has loaded its model.")
+        elif m.alone:
+            self.notice.setText("<b>Training alone.</b> Nothing is shared. To learn with others, choose "
+                                "<i>Setup again…</i> in the menu and join or host a swarm.")
+        else:
+            self.notice.setText(f"<b>In the swarm</b> as {m.node_name or 'this node'}: every round it publishes "
+                                "its groups and trains on verified groups from peers.")
+        self.name_label.setText(m.node_name or "—")
+        self.peer_label.setText(m.peer_id or "—")
+        self.invite_edit.setText(m.invite)
+        self.copy_button.setEnabled(bool(m.invite))
+        for key, label in self.total_labels.items():
+            label.setText(f"{m.totals.get(key, 0):,}")
+        self.peers_label.setText(f"Peers found in the last round: {m.peers_now} · known to the DHT: {m.dht_peers}"
+                                 + (f" · ignored for sending junk: {m.ignored_peers}" if m.ignored_peers else ""))
+        peers = sorted(m.peers_seen.items(), key=lambda kv: -kv[1])
+        self.peers_table.setRowCount(len(peers))
+        for row, (name, last) in enumerate(peers):
+            self.peers_table.setItem(row, 0, QTableWidgetItem(name))
+            self.peers_table.setItem(row, 1, QTableWidgetItem(str(last)))
+        reasons = m.rejections.most_common()
+        self.rejections_table.setRowCount(len(reasons))
+        for row, (reason, n) in enumerate(reasons):
+            self.rejections_table.setItem(row, 0, QTableWidgetItem(reason))
+            self.rejections_table.setItem(row, 1, QTableWidgetItem(f"{n:,}"))
+
+    def _on_copy_button_clicked(self) -> None:
+        text = self.invite_edit.text()
+        if text:
+            QGuiApplication.clipboard().setText(text)
+            self.invite_copied.emit(text)
+
+
+__all__ = ["SwarmView"]
