@@ -261,6 +261,9 @@ class SwarmDHT:
                         await asyncio.wait_for(self._store(items), self.cfg.publish_timeout)
                 except asyncio.CancelledError:
                     raise
+                except asyncio.TimeoutError:
+                    self._log("warning", f"swarm: re-publishing took over {self.cfg.publish_timeout:.0f} s; "
+                                         f"the next round publishes anew")
                 except Exception as e:  # the next round publishes anew anyway
                     self._log("warning", f"swarm: re-publishing failed: {type(e).__name__}: {e}")
 
