@@ -83,6 +83,9 @@ class Trainer:
         self.temperature = temperature  # the sampler's: ratios compare like with like
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate,
                                            weight_decay=cfg.weight_decay)
+        if cfg.gradient_checkpointing:
+            # non-reentrant: works with frozen inputs (LoRA) and with our own checkpointed head
+            policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._ref_model = None
         if cfg.kl_beta > 0 and not policy.lora:
             import copy
