@@ -227,8 +227,11 @@ def estimate_memory(e: CatalogEntry, config: NodeConfig, micro_batch_size: int |
             train["reference model (KL)"] = e.params * nbytes / GB
         saved = _saved_floats_per_token(e, 0, 0)
         factor = FULL_ACTIVATION_FACTOR
+    if t.gradient_checkpointing:
+        # only each layer's input survives the forward; one layer's activations are rebuilt at a time
+        saved = e.layers * e.hidden_size + saved // e.layers
     activations = factor * mb * seq * saved * nbytes / GB
-    train[f"activations ({mb} x {seq} tokens)"] = activations
+    train[f"activations ({mb} x {seq} tokens{', checkpointed' if t.gradient_checkpointing else ''})"] = activations
     chunk_tokens = min(t.logit_chunk, mb * s.max_new_tokens)  # log-probs only at completion positions
     logits = LOGIT_COPIES * chunk_tokens * e.vocab_size * 4 / GB
     train[f"log-prob chunk ({chunk_tokens} x {e.vocab_size} vocab)"] = logits
@@ -298,7 +301,9 @@ def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig
         speedup = GPU_TRAIN_SPEEDUP if device == "cuda" else MPS_TRAIN_SPEEDUP
         train_tok_s = ANCHOR_TRAIN_TOK_S * (ANCHOR_PARAMS / e.params) * speedup
     external = r.external_groups if config.swarm.enabled else 0
-    passes = config.train.steps_per_round + (1 / 3 if config.train.kl_beta > 0 else 0)  # a forward is ~1/3 of a step
+    # a forward is ~1/3 of a step; checkpointing runs each step's forward twice
+    per_step = 4 / 3 if config.train.gradient_checkpointing else 1.0
+    passes = config.train.steps_per_round * per_step + (1 / 3 if config.train.kl_beta > 0 else 0)
     trained = int((r.local_groups + external) * s.group_size * (PROMPT_TOKENS + s.max_new_tokens) * passes)
     return RoundEstimate(r.local_groups * s.group_size * s.max_new_tokens, trained, sample_anchor * scale, train_tok_s)
 

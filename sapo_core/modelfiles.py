@@ -241,16 +241,28 @@ def resolve_or_embedded(entry: CatalogEntry, catalogue: Catalogue, cache_dir: Pa
         return ResolvedModel(embedded, path, f"using the embedded {embedded.title} instead of {entry.title}: {e}")
 
 
-def model_for_config(cfg: NodeConfig, progress: Progress | None = None) -> tuple[Path, None, str]:
-    """(GGUF to train, no separate tokenizer GGUF, why): detect, choose, resolve (node.py)."""
+@dataclass(frozen=True)
+class ModelSelection:
+    """What the node trains: the file, its catalogue id, the micro-batch that fits, and why."""
+
+    path: Path
+    model_id: str
+    micro_batch_size: int
+    why: str
+
+
+def model_for_config(cfg: NodeConfig, progress: Progress | None = None) -> ModelSelection:
+    """Detect, choose, resolve (node.py). A fallback to the embedded model keeps the micro-batch
+    the configuration asked for: the embedded model is the smallest."""
     from sapo_core.hardware import detect_hardware
 
     catalogue = load_catalogue()
     choice = choose_model(detect_hardware(), catalogue, cfg)
     resolved = resolve_or_embedded(choice.entry, catalogue, None, progress)
     parts = [choice.reason, *choice.warnings] + ([resolved.fallback_reason] if resolved.fallback_reason else [])
-    return resolved.path, None, "; ".join(parts)
+    micro = choice.micro_batch_size if resolved.entry.id == choice.entry.id else cfg.train.micro_batch_size
+    return ModelSelection(resolved.path, resolved.entry.id, micro, "; ".join(parts))
 
 
 __all__ = ["ModelUnavailable", "ResolvedModel", "resolve_model_file", "resolve_or_embedded", "embedded_gguf_path",
-           "model_for_config", "verify_gguf", "default_cache_dir", "PIP_EMBEDDED", "Progress"]
+           "model_for_config", "ModelSelection", "verify_gguf", "default_cache_dir", "PIP_EMBEDDED", "Progress"]

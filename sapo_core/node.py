@@ -81,14 +81,15 @@ def mixed_seed(*parts: Any) -> int:
 
 
 class Node:
-    def __init__(self, cfg: NodeConfig, hooks: RoundHooks | None = None) -> None:
+    def __init__(self, cfg: NodeConfig, hooks: RoundHooks | None = None, source=None) -> None:
+        """`source`: a RolloutSource to use instead of opening the configured swarm."""
         self.cfg = cfg
         self.hooks = hooks or NullHooks()
         self.run_dir = Path(cfg.run_dir).expanduser() if cfg.run_dir else paths.default_run_dir()
         self.policy: Policy | None = None
         self.next_round = 1
         self.shape = RoundShape(cfg.round.local_groups, cfg.round.external_groups, cfg.sampler.group_size)
-        self._source = None
+        self._source = source
         self._sampler = None
         self._sampler_reason = ""
 
@@ -100,12 +101,16 @@ class Node:
         self.checkpoints = Checkpoints(self.run_dir)
         threads = cfg.sampler.threads or _physical_cores()
         torch.set_num_threads(threads)
-        gguf, tokenizer_gguf, why = resolve_model(cfg)
-        hooks.log("info", f"model: {why}")
-        self.policy = load_policy(cfg.model, gguf, paths.cache_dir() / "hf", seed=cfg.seed,
-                                  tokenizer_gguf=tokenizer_gguf)
+        plan = resolve_model(cfg)
+        hooks.log("info", f"model: {plan.why}")
+        if plan.micro_batch_size < cfg.train.micro_batch_size:
+            hooks.log("info", f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
+            self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
+        self.policy = load_policy(cfg.model, plan.gguf, paths.cache_dir() / "hf", seed=cfg.seed,
+                                  tokenizer_gguf=plan.tokenizer_gguf, model_id=plan.model_id)
         self.trainer = Trainer(self.policy, cfg.train, temperature=cfg.sampler.temperature)
-        self._source = self._open_source()
+        if self._source is None:
+            self._source = self._open_source()
         identity = getattr(self._source, "node_id", "alone") if self._source else "alone"
         # nodes of one swarm must not all draw the same questions: the seed mixes in the identity
         self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity))
@@ -343,18 +348,31 @@ class Node:
             self.store.close()
 
 
-def resolve_model(cfg: NodeConfig) -> tuple[Path | None, Path | None, str]:
-    """(GGUF to train, GGUF whose tokenizer tiny-random borrows, why)."""
+@dataclass(frozen=True)
+class ModelPlan:
+    gguf: Path | None  # the GGUF to train (None for tiny-random)
+    tokenizer_gguf: Path | None  # the GGUF whose tokenizer tiny-random borrows
+    model_id: str
+    micro_batch_size: int
+    why: str
+
+
+def resolve_model(cfg: NodeConfig) -> ModelPlan:
+    """Which model this node trains, from which file, at which micro-batch, and why."""
+    micro = cfg.train.micro_batch_size
     if cfg.model.gguf_path:
         p = Path(cfg.model.gguf_path).expanduser()
         if not p.is_file():
             raise NodeError(f"model.gguf_path {p} does not exist")
-        return p, None, f"{p.name} (model.gguf_path)"
+        name = cfg.model.name if cfg.model.name != "auto" else p.stem
+        return ModelPlan(p, None, name, micro, f"{p.name} (model.gguf_path)")
     from sapo_core import modelfiles
 
     if cfg.model.name == TINY_RANDOM:
-        return None, modelfiles.embedded_gguf_path(), "tiny-random (test model, random weights)"
-    return modelfiles.model_for_config(cfg)
+        return ModelPlan(None, modelfiles.embedded_gguf_path(), TINY_RANDOM, micro,
+                         "tiny-random (test model, random weights)")
+    sel = modelfiles.model_for_config(cfg)
+    return ModelPlan(sel.path, None, sel.model_id, sel.micro_batch_size, sel.why)
 
 
 class _PhaseTimer:
@@ -380,4 +398,4 @@ def _physical_cores() -> int:
     return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
 
 
-__all__ = ["Node", "NodeError", "RoundShape", "resolve_model", "mixed_seed"]
+__all__ = ["Node", "NodeError", "ModelPlan", "RoundShape", "resolve_model", "mixed_seed"]

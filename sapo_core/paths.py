@@ -1,6 +1,7 @@
 """Where the node keeps its files: the data directory (runs, model cache, identity).
 
-`SAPO_DATA_DIR` overrides the platform's user data directory (tests, portable installs).
+`SAPO_DATA_DIR` overrides the platform's user data directory (tests, portable installs),
+`SAPO_CACHE_DIR` the cache inside it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ def data_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Converted models, re-quantized GGUFs, downloads: safe to delete, rebuilt on demand."""
-    return data_dir() / "cache"
+    """Converted models, re-quantized GGUFs, downloads: safe to delete, rebuilt on demand.
+
+    `SAPO_CACHE_DIR` moves it (tests share one cache across temporary data directories)."""
+    return Path(os.environ["SAPO_CACHE_DIR"]).expanduser() if os.environ.get("SAPO_CACHE_DIR") else data_dir() / "cache"
 
 
 def default_run_dir() -> Path:

@@ -160,7 +160,7 @@ def build_tiny_random(tokenizer: Any, seed: int) -> Any:
 
 
 def load_policy(cfg: ModelConfig, gguf_path: Path | None, cache_dir: Path, seed: int = 0,
-                tokenizer_gguf: Path | None = None) -> Policy:
+                tokenizer_gguf: Path | None = None, model_id: str | None = None) -> Policy:
     """The policy to train. `tiny-random` needs `tokenizer_gguf` (the embedded model's)."""
     dtype = getattr(torch, cfg.dtype)
     if cfg.name == TINY_RANDOM:
@@ -172,7 +172,7 @@ def load_policy(cfg: ModelConfig, gguf_path: Path | None, cache_dir: Path, seed:
     else:
         assert gguf_path is not None
         model, tok = load_base(gguf_path, cache_dir, dtype)
-        model_id, path = cfg.name, gguf_path
+        model_id, path = model_id or cfg.name, gguf_path
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     model.config.use_cache = False

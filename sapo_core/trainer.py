@@ -85,7 +85,11 @@ class Trainer:
                                            weight_decay=cfg.weight_decay)
         if cfg.gradient_checkpointing:
             # non-reentrant: works with frozen inputs (LoRA) and with our own checkpointed head
-            policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model, kwargs = policy.model, {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self._ref_model = None
         if cfg.kl_beta > 0 and not policy.lora:
             import copy

@@ -29,3 +29,18 @@ def reap_children():
             p.kill()
         except psutil.NoSuchProcess:
             pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_model_cache(tmp_path_factory):
+    """One converted-model cache per test session: the tokenizer and model are converted once."""
+    if not os.environ.get("SAPO_CACHE_DIR"):
+        os.environ["SAPO_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "sapo-cache")
+    yield
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """A fresh SAPO data directory (runs, identity, node.toml) for one test."""
+    monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"

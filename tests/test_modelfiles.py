@@ -247,10 +247,13 @@ def test_model_for_config_on_this_machine(tmp_path: Path, monkeypatch: pytest.Mo
     from sapo_core.config import NodeConfig
 
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path))
-    path, tokenizer_gguf, why = modelfiles.model_for_config(NodeConfig())
-    assert path.is_file() and tokenizer_gguf is None and why
-    assert path.name == load_catalogue().embedded.filename, f"the hub is off, yet {path} was used"
+    sel = modelfiles.model_for_config(NodeConfig())
+    assert sel.path.is_file() and sel.why
+    assert sel.path.name == load_catalogue().embedded.filename, f"the hub is off, yet {sel.path} was used"
+    assert sel.model_id == load_catalogue().embedded.id
+    assert 1 <= sel.micro_batch_size <= NodeConfig().train.micro_batch_size
     named = NodeConfig().replace(**{"model.name": "qwen3-0.6b"})
-    path, _, why = modelfiles.model_for_config(named)
-    assert path.name == load_catalogue().embedded.filename
+    sel = modelfiles.model_for_config(named)
+    why = sel.why
+    assert sel.path.name == load_catalogue().embedded.filename and sel.model_id == load_catalogue().embedded.id
     assert "named in the config" in why and "instead of Qwen3-0.6B" in why and "HF_HUB_OFFLINE" in why
