@@ -81,8 +81,10 @@ def mixed_seed(*parts: Any) -> int:
 
 
 class Node:
-    def __init__(self, cfg: NodeConfig, hooks: RoundHooks | None = None, source=None) -> None:
-        """`source`: a RolloutSource to use instead of opening the configured swarm."""
+    def __init__(self, cfg: NodeConfig, hooks: RoundHooks | None = None, source=None,
+                 sampler_factory=None) -> None:
+        """`source`: a RolloutSource to use instead of opening the configured swarm;
+        `sampler_factory(node) -> Sampler`: a sampler to use instead of the configured one."""
         self.cfg = cfg
         self.hooks = hooks or NullHooks()
         self.run_dir = Path(cfg.run_dir).expanduser() if cfg.run_dir else paths.default_run_dir()
@@ -92,6 +94,7 @@ class Node:
         self._source = source
         self._sampler = None
         self._sampler_reason = ""
+        self._sampler_factory = sampler_factory
 
     # --- start-up -----------------------------------------------------------------------
     def setup(self) -> None:
@@ -116,7 +119,10 @@ class Node:
         self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity))
         self._resume()
         self._write_config_snapshot()
-        self._sampler, self._sampler_reason = make_sampler(cfg.sampler, self.policy, paths.cache_dir())
+        if self._sampler_factory is not None:
+            self._sampler, self._sampler_reason = self._sampler_factory(self), "given by the caller"
+        else:
+            self._sampler, self._sampler_reason = make_sampler(cfg.sampler, self.policy, paths.cache_dir())
         self._sampler.set_threads(threads)
         self._sampler.sync_policy(self.policy)
         hooks.log("info", f"sampler: {self._sampler_reason}")

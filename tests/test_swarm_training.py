@@ -72,10 +72,9 @@ def _start_nodes(tmp: Path, n: int, scripted: bool, **over) -> list:
 
     nodes, join = [], None
     for i in range(n):
-        node = Node(_node_config(tmp, i, join, **over), NullHooks())
+        node = Node(_node_config(tmp, i, join, **over), NullHooks(),
+                    sampler_factory=ScriptedSampler if scripted else None)
         node.setup()
-        if scripted:
-            node._sampler = ScriptedSampler(node)
         join = join or node.source.join_address
         nodes.append(node)
     return nodes
