@@ -265,14 +265,26 @@ class ControlConfig:
     only_when_idle: bool = _help("Run only while the user is idle.", False)
     idle_minutes: float = _help("Minutes without input before the user counts as idle.", 5.0)
     schedule: str = _help("Weekly schedule, e.g. 'mon-fri 18:00-08:00; sat-sun 00:00-24:00'; empty = always.", "")
-    max_temperature_c: float = _help("Pause above this CPU temperature (0 = off).", 0.0)
+    max_temperature_c: float = _help("Pause above this CPU temperature (0 = off); resumes 5 °C below it.", 0.0)
     min_free_memory_gb: float = _help("Pause when free memory falls below this (0 = off).", 0.0)
+    idle_cpu_percent: float = _help(
+        "Where the OS does not tell input idle time, 'only when idle' treats the user as busy while other "
+        "programs use more than this % of the CPU.", 25.0)
+    check_seconds: float = _help("How often the rules read the machine (battery, idle time, temperature...).", 2.0)
 
     def __post_init__(self) -> None:
         _check(0.05 <= self.throttle <= 1.0, "control.throttle", "must be between 0.05 and 1")
         _check(self.idle_minutes >= 0, "control.idle_minutes", "must be >= 0")
         _check(self.max_temperature_c >= 0, "control.max_temperature_c", "must be >= 0")
         _check(self.min_free_memory_gb >= 0, "control.min_free_memory_gb", "must be >= 0")
+        _check(0 <= self.idle_cpu_percent <= 100, "control.idle_cpu_percent", "must be between 0 and 100")
+        _check(0.05 <= self.check_seconds <= 600, "control.check_seconds", "must be between 0.05 and 600")
+        from sapo_core.control.schedule import ScheduleError, parse_schedule
+
+        try:
+            parse_schedule(self.schedule)
+        except ScheduleError as e:
+            raise ConfigError(f"control.schedule: {e}") from None
 
 
 @dataclass(frozen=True)

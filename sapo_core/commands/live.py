@@ -1,20 +1,34 @@
-"""The terminal display of a running node: the phase of the current round and a line per round."""
+"""The terminal display of a running node: a client of the node process, like the desktop app.
+
+`run_with_display` starts the node through `NodeClient` and draws its events: a progress
+bar for the phase of the current round, a line per round, state changes with their
+reasons, log lines and errors. Ctrl-C asks the node to stop (the round in progress is
+abandoned and reruns on the next start); a second Ctrl-C kills it (it resumes from its last
+checkpoint). A crash prints its reason and the node's last lines of stderr, and exits 1.
+
+Imports no torch: the node process does the work.
+"""
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sapo_core.config import NodeConfig
-from sapo_core.hooks import Interrupted
+from sapo_core.control import protocol as P
+from sapo_core.control.client import NodeClient, NodeStartError
 
 PHASES = {"sample": "sampling", "score": "scoring", "share": "sharing", "gather": "gathering",
           "update": "training", "save": "saving"}
+STATE_STYLE = {P.PAUSED: "yellow", P.SNOOZED: "yellow", P.PAUSING: "yellow", P.STOPPING: "dim",
+               P.CRASHED: "bold red", P.RUNNING: "green", P.STOPPED: "dim", P.STARTING: "dim"}
 
 
 def round_summary(r: int, m: dict[str, float]) -> str:
@@ -35,69 +49,98 @@ def round_summary(r: int, m: dict[str, float]) -> str:
     return "  ".join(parts)
 
 
-class ConsoleHooks:
-    """Round hooks that draw a progress bar and honour Ctrl-C between two hot-loop steps."""
+class EventDisplay:
+    """Draws node events on a rich console (called on the client's event thread)."""
 
-    def __init__(self, console: Console, progress: Progress | None) -> None:
-        self.console, self.bar = console, progress
-        self.task = progress.add_task("starting", total=None) if progress else None
-        self.stop_requested = False
+    def __init__(self, console: Console, bar: Progress | None) -> None:
+        self.console, self.bar = console, bar
+        self.task = bar.add_task("starting", total=None) if bar else None
+        self.started = time.monotonic()
+        self.last_error = ""
 
-    def checkpoint(self) -> None:
-        if self.stop_requested:
-            raise Interrupted("stop requested")
+    def __call__(self, ev: P.Message) -> None:
+        c = self.console
+        if isinstance(ev, P.Progress):
+            if self.bar is not None and self.task is not None:
+                self.bar.update(self.task, description=PHASES.get(ev.phase, ev.phase), completed=ev.done,
+                                total=ev.total or None)
+        elif isinstance(ev, P.RoundDone):
+            c.print(round_summary(ev.round, ev.metrics))
+        elif isinstance(ev, P.NodeInfo):
+            c.print(f"ready in {time.monotonic() - self.started:.0f} s: model {ev.model_id}, sampler {ev.sampler}, "
+                    f"next round {ev.next_round}")
+            if ev.peer_id:
+                c.print(f"swarm: this node is {ev.node_name or ev.peer_id}; others join with "
+                        f"--initial-peers {ev.join_address or ' '.join(ev.visible_maddrs)}")
+        elif isinstance(ev, P.State):
+            self._state(ev)
+        elif isinstance(ev, P.Log):
+            if ev.level != "debug":
+                style = {"error": "red", "warning": "yellow"}.get(ev.level, "dim")
+                c.print(f"[{style}]{ev.level}: {escape(ev.message)}[/]")
+        elif isinstance(ev, P.Error):
+            self.last_error = ev.message
+            c.print(f"[red]error: {escape(ev.message)}[/]")
+            if ev.traceback and ev.kind == P.CRASH:
+                print(ev.traceback, file=sys.stderr)
 
-    def progress(self, phase: str, done: int, total: int, **info: Any) -> None:
-        if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, description=PHASES.get(phase, phase), completed=done, total=total or None)
+    def _state(self, ev: P.State) -> None:
+        if ev.state == P.RUNNING and not ev.reason:
+            return  # the normal case: the round lines say it
+        if ev.state in (P.STARTING, P.STOPPING):
+            self.console.print(f"[dim]{escape(ev.reason if ev.state == P.STARTING else 'stopping')}…[/]")
+            return
+        if ev.state == P.CRASHED and ev.reason == self.last_error:
+            return  # the error line said it
+        text = f"{ev.state}" + (f": {ev.reason}" if ev.reason else "")
+        self.console.print(f"[{STATE_STYLE.get(ev.state, 'default')}]{escape(text)}[/]")
 
-    def log(self, level: str, message: str) -> None:
-        style = {"error": "red", "warning": "yellow"}.get(level, "dim")
-        self.console.print(f"[{style}]{level}: {message}[/]")
 
-
-def run_with_display(cfg: NodeConfig, rounds: int = 0, quiet: bool = False) -> int:
-    from sapo_core.node import Node
-
+def run_with_display(cfg: NodeConfig, rounds: int = 0, quiet: bool = False, env: dict[str, str] | None = None) -> int:
     console = Console(stderr=False, highlight=False)
     interactive = console.is_terminal and not quiet
-    progress = Progress(TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                        TimeElapsedColumn(), console=console, transient=True) if interactive else None
-    hooks = ConsoleHooks(console, progress)
-    old = signal.signal(signal.SIGINT, lambda *_: setattr(hooks, "stop_requested", True))
-    node = Node(cfg, hooks)
-    done = 0
-    try:
-        if progress:
-            progress.start()
-        console.print(f"[bold]SAPO Swarm node[/] — run dir {node.run_dir}")
-        t = time.time()
-        node.setup()
-        console.print(f"ready in {time.time() - t:.0f} s: model {node.policy.model_id}, sampler {node.sampler_name}, "
-                      f"next round {node.next_round}")
-        while not hooks.stop_requested:
-            if rounds and done >= rounds:
-                break
-            if cfg.round.max_rounds and node.next_round > cfg.round.max_rounds:
-                console.print(f"reached round.max_rounds = {cfg.round.max_rounds}")
-                break
-            r = node.next_round
-            try:
-                m = node.run_round()
-            except Interrupted:
-                console.print(f"stopped during round {r}; it will run again on the next start")
-                break
-            console.print(round_summary(r, m))
-            done += 1
-        return 0
-    except Exception as e:  # the user gets a readable line, the trace goes to stderr
-        import traceback
+    bar = Progress(TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=console, transient=True) if interactive else None
+    display = EventDisplay(console, bar)
+    client = NodeClient(on_event=display, env=env)
+    interrupts = 0
 
-        traceback.print_exc(file=sys.stderr)
-        console.print(f"[red]error: {e}[/]")
-        return 1
+    def on_interrupt(*_: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            console.print("[yellow]stopping: the round in progress runs again on the next start "
+                          "(Ctrl-C again to kill)[/]")
+            threading.Thread(target=client.stop, name="stop-node", daemon=True).start()
+        else:
+            client.kill()
+
+    old = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        if bar:
+            bar.start()
+        console.print(f"[bold]SAPO Swarm node[/] — run dir {cfg.run_dir}")
+        try:
+            client.start(cfg, rounds=rounds)
+        except NodeStartError as e:
+            console.print(f"[red]error: {escape(str(e))}[/]")
+            return 1
+        for _ in client.events(timeout=0.5):
+            pass  # the display draws them as they arrive
     finally:
-        if progress:
-            progress.stop()
-        node.close()
+        if bar:
+            bar.stop()
+        if client.alive:
+            client.stop()
         signal.signal(signal.SIGINT, old)
+    if client.exited is not None and client.exited.clean:
+        return 0
+    crash = client.crash
+    if crash is not None:
+        tail = [ln for ln in crash.stderr_tail if ln.strip()][-15:]
+        if tail and crash.last_error == "":
+            print("last output of the node:\n  " + "\n  ".join(tail), file=sys.stderr)
+    return 2 if client.exited is not None and client.exited.returncode == P.EXIT_CONFIG else 1
+
+
+__all__ = ["run_with_display", "round_summary", "EventDisplay", "PHASES"]

@@ -1,0 +1,163 @@
+"""`sapo-bench control`: how fast a node gets out of the way, and how well it keeps to its share.
+
+One real node process (by default the embedded model, the sampler the node picks, no swarm),
+driven through `NodeClient` as the desktop app drives it:
+
+- Pause latency: `--pauses` times, at a random moment inside a round (sampling or training),
+  the time from sending "pause now" to the node's `paused` event; p50/p95 against the goal
+  of 2 s, with the phase each pause hit.
+- Throttle: the node's CPU use (user + system time of the node process and its children —
+  the llama.cpp sampler runs in one — from psutil, so other jobs on a shared machine do not
+  count) over `--window` seconds at 75 %, 50 % and 25 % throttle, `--cycles` times, each
+  cycle between two unthrottled windows. The measured share of a throttle is its CPU rate
+  over the mean of the unthrottled rates around it (a load that drifts cancels out),
+  averaged over the cycles; goal: within ±10 points.
+
+Ends with one line: `control: pause p50 … s p95 … s; throttle 25% -> …%, 50% -> …%, 75% -> …%`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from sapo_core.config import NodeConfig
+from sapo_core.control import protocol as P
+from sapo_core.control.client import NodeClient
+
+INSIDE_ROUND = ("sample", "update")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="auto", help="model id, 'auto' (the node's pick) or 'tiny-random'")
+    parser.add_argument("--sampler", default="auto", choices=["auto", "llamacpp", "transformers"])
+    parser.add_argument("--pauses", type=int, default=12, help="pauses measured")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds of CPU measurement per window")
+    parser.add_argument("--cycles", type=int, default=1, help="rounds of 75/50/25 %% windows between unthrottled ones")
+    parser.add_argument("--threads", type=int, default=0, help="node threads (0 = all physical cores)")
+    parser.add_argument("--run-dir", default="", help="run directory (default: a temporary one)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _config(args: argparse.Namespace, run_dir: Path) -> NodeConfig:
+    # kl_beta > 0 trains every group, so every round has a training phase for pauses to land in
+    return NodeConfig().replace(**{
+        "model.name": args.model, "sampler.backend": args.sampler, "swarm.enabled": False,
+        "round.local_groups": 2, "round.external_groups": 0, "sampler.group_size": 4,
+        "sampler.max_new_tokens": 96, "round.auto_scale": False, "train.kl_beta": 0.01,
+        "sampler.threads": args.threads, "run_dir": str(run_dir), "seed": args.seed})
+
+
+def _cpu_seconds(pid: int) -> float:
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def _measure_pauses(client: NodeClient, n: int, rng: random.Random) -> list[tuple[float, float, str]]:
+    """(acknowledged, paused, phase) per pause: seconds from the command to `pausing` (the command
+    reached the node) and to `paused` (the round is held)."""
+    out = []
+    for i in range(n):
+        ev = client.wait_for(lambda e: isinstance(e, P.Progress) and e.phase in INSIDE_ROUND, 600)
+        time.sleep(rng.uniform(0.0, 2.0))  # a random moment, not always the start of a phase
+        phase = ev.phase
+        while (late := client.next_event(0)) is not None:  # the phase we are in now
+            if isinstance(late, P.Progress):
+                phase = late.phase
+        asked = time.monotonic()
+        client.pause()
+        acked = None
+        while True:
+            state = client.wait_state(P.PAUSING, P.PAUSED, timeout=120)
+            acked = acked if acked is not None else time.monotonic() - asked
+            if state.state == P.PAUSED:
+                break
+        latency = time.monotonic() - asked
+        out.append((acked, latency, phase))
+        print(f"  pause {i + 1:>2}: {latency:6.3f} s  (command reached the node in {acked:.3f} s; "
+              f"round {state.round}, {phase})", flush=True)
+        client.resume()
+        client.wait_state(P.RUNNING, timeout=60)
+    return out
+
+
+def _measure_cpu(client: NodeClient, share: float, window: float) -> float:
+    """CPU seconds per wall second of the node (and its sampler child) over `window`, at `share`."""
+    client.set_throttle(share)
+    client.wait_for(lambda e: isinstance(e, P.Heartbeat) and e.throttle == share, 60)
+    time.sleep(min(5.0, window / 4))  # let a sleep owed at the old share run out
+    c0, t0 = _cpu_seconds(client.pid), time.monotonic()
+    time.sleep(window)
+    rate = (_cpu_seconds(client.pid) - c0) / (time.monotonic() - t0)
+    print(f"  throttle {share:>4.0%}: node CPU {rate:5.2f} cores  (load average {psutil.getloadavg()[0]:.1f})",
+          flush=True)
+    return rate
+
+
+def _measure_throttle(client: NodeClient, window: float, cycles: int) -> dict[float, float]:
+    """Measured share per throttle: each throttled window against the unthrottled windows around
+    its cycle, so that a load that drifts (other jobs come and go) cancels out."""
+    shares = (0.75, 0.5, 0.25)
+    full = [_measure_cpu(client, 1.0, window)]
+    ratios: dict[float, list[float]] = {s: [] for s in shares}
+    for _ in range(cycles):
+        rates = {s: _measure_cpu(client, s, window) for s in shares}
+        full.append(_measure_cpu(client, 1.0, window))
+        base = (full[-2] + full[-1]) / 2
+        for s in shares:
+            ratios[s].append(rates[s] / base)
+    print("unthrottled node CPU per window: " + ", ".join(f"{x:.2f}" for x in full) + " cores")
+    return {s: 100 * statistics.mean(r) for s, r in ratios.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    tmp = tempfile.TemporaryDirectory(prefix="sapo-bench-control-")
+    run_dir = Path(args.run_dir) if args.run_dir else Path(tmp.name) / "run"
+    client = NodeClient(heartbeat_timeout=300)
+    print(f"machine: {psutil.cpu_count(logical=False)} cores, load average "
+          f"{psutil.getloadavg()[0]:.1f} (other jobs share it)", flush=True)
+    try:
+        client.start(_config(args, run_dir))
+        info = client.wait_for(lambda e: isinstance(e, P.NodeInfo), 900)
+        print(f"node: {info.model_id}, sampler {info.sampler}", flush=True)
+        client.wait_for(lambda e: isinstance(e, P.RoundDone), 900)  # warm: one full round first
+        pauses = _measure_pauses(client, args.pauses, rng)
+        measured = _measure_throttle(client, args.window, args.cycles)
+    finally:
+        client.stop(timeout=120)
+        tmp.cleanup()
+    acks, lat = [a for a, _, _ in pauses], [x for _, x, _ in pauses]
+    by_phase = {ph: statistics.median([x for _, x, p in pauses if p == ph]) for ph in {p for _, _, p in pauses}}
+    print("pause median by phase: " + ", ".join(f"{p} {v:.2f} s" for p, v in sorted(by_phase.items()))
+          + f"; command delivery p50 {_percentile(acks, 0.5):.3f} s p95 {_percentile(acks, 0.95):.3f} s")
+    worst = max(abs(measured[s] - 100 * s) for s in measured)
+    print(f"goals: pause p95 <= 2 s {'met' if _percentile(lat, 0.95) <= 2 else 'MISSED'}, "
+          f"throttle within ±10 points {'met' if worst <= 10 else 'MISSED'} (worst {worst:.0f}); "
+          f"load average now {psutil.getloadavg()[0]:.1f} on {psutil.cpu_count()} CPUs")
+    print(f"control: pause p50 {_percentile(lat, 0.5):.2f} s p95 {_percentile(lat, 0.95):.2f} s; throttle "
+          + ", ".join(f"{100 * s:.0f}% -> {measured[s]:.0f}%" for s in sorted(measured)))
+    return 0
+
+
+__all__ = ["configure", "run"]

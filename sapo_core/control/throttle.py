@@ -1,0 +1,61 @@
+"""The CPU-share throttle: a duty cycle, as BOINC's "use at most X % of CPU time".
+
+The node works, then sleeps, so that work / (work + sleep) ≈ share; its CPU use is then
+`share` times what it would use unthrottled, whatever else runs on the machine.
+
+Work is wall-clock time between two checkpoints, not the CPU time of the round's thread:
+the llama.cpp sampler computes in a child process while that thread waits for it, and on a
+loaded machine a burst that is often descheduled must still be paid for in proportion (a
+CPU-time count lets the node keep most of what it gets: it sleeps little after a slow
+burst). What is not work is said by the caller: intervals in the swarm's share and gather
+phases, which mostly wait on the network, are not counted (`owed(counting=False)`), so a
+gather that waits 10 s does not buy a 30 s sleep.
+
+The sleep is owed once at least `quantum` seconds of work have accumulated, so the node
+alternates short bursts and pauses (the volunteer's programs stay responsive), and a
+checkpoint costs one clock read. Time spent paused or sleeping is forgiven (`rested`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+DEFAULT_QUANTUM = 0.1  # seconds of work between two sleeps
+MAX_SLEEP = 30.0  # a long stretch without checkpoints does not buy a minute-long stall
+
+
+class DutyCycle:
+    def __init__(self, share: float = 1.0, quantum: float = DEFAULT_QUANTUM,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.quantum, self.clock = quantum, clock
+        self.share = 1.0
+        self.set_share(share)
+        self.work = 0.0
+        self._mark = clock()
+
+    def set_share(self, share: float) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"throttle share {share} must be in (0, 1]")
+        self.share = float(share)
+
+    def owed(self, counting: bool = True) -> float:
+        """Account the interval since the last call (as work if `counting`); seconds to sleep now."""
+        now = self.clock()
+        interval, self._mark = now - self._mark, now
+        if self.share >= 1.0:
+            self.work = 0.0
+            return 0.0
+        if counting:
+            self.work += interval
+        if self.work < self.quantum:
+            return 0.0
+        return min(MAX_SLEEP, self.work * (1.0 - self.share) / self.share)
+
+    def rested(self) -> None:
+        """The debt is paid (after a sleep or a pause): count work from here."""
+        self.work = 0.0
+        self._mark = self.clock()
+
+
+__all__ = ["DutyCycle", "DEFAULT_QUANTUM", "MAX_SLEEP"]

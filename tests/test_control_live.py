@@ -1,0 +1,88 @@
+"""`sapo-node run` as a client of the node process: rounds are printed from the node's events,
+Ctrl-C stops the node cleanly, and a node that cannot run exits with its reason."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+START = 300
+ARGS = ["--model", "tiny-random", "--alone", "--sampler", "transformers", "--local", "1", "--group-size", "2",
+        "--max-new-tokens", "12", "--quiet", "--set", "round.auto_scale=false"]
+
+
+@pytest.fixture
+def env(tmp_path, tmp_path_factory):
+    return {**os.environ, "SAPO_DATA_DIR": str(tmp_path / "data"),
+            "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache"), "PYTHONUNBUFFERED": "1"}
+
+
+def sapo_node(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sapo_core.cli", "run", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def lines_of(proc: subprocess.Popen) -> queue.Queue:
+    q: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stdout:
+            q.put(line.rstrip("\n"))
+        q.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
+def wait_line(q: queue.Queue, text: str, timeout: float) -> list[str]:
+    seen, deadline = [], time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = q.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
+            break
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError(f"no line with {text!r}; got {seen[-10:]}")
+
+
+def test_runs_the_asked_rounds_and_prints_one_line_each(env, tmp_path):
+    proc = sapo_node("--rounds", "2", "--run-dir", str(tmp_path / "run"), *ARGS, env=env)
+    out, err = proc.communicate(timeout=START + 300)
+    assert proc.returncode == 0, err[-2000:]
+    assert "ready in" in out and "model tiny-random, sampler transformers, next round 1" in out
+    assert "round    1" in out and "round    2" in out
+    assert "stopped: ran 2 rounds as asked" in out
+
+
+def test_ctrl_c_stops_the_node_and_the_next_run_goes_on(env, tmp_path):
+    proc = sapo_node("--run-dir", str(tmp_path / "run"), *ARGS, env=env)
+    q = lines_of(proc)
+    wait_line(q, "round    1", START)
+    proc.send_signal(signal.SIGINT)
+    rest = wait_line(q, "stopped: stopped by you", 120)
+    assert proc.wait(60) == 0
+    assert any("stopping: the round in progress runs again" in ln for ln in rest)
+    done = [int(ln.split()[1]) for ln in rest if ln.startswith("round ")]
+    last = max([1, *done])
+    proc = sapo_node("--rounds", "1", "--run-dir", str(tmp_path / "run"), *ARGS, env=env)
+    out, _ = proc.communicate(timeout=START + 300)
+    assert f"next round {last + 1}" in out and f"round {last + 1:>4}" in out
+
+
+def test_a_node_that_cannot_run_exits_2_with_the_reason(env, tmp_path):
+    proc = sapo_node("--run-dir", str(tmp_path / "run"), *ARGS[:0], "--model", "no-such-model", "--alone", "--quiet",
+                     env=env)
+    out, err = proc.communicate(timeout=START)
+    assert proc.returncode == 2
+    assert "error:" in out and "no-such-model" in out

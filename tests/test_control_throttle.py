@@ -1,0 +1,75 @@
+"""The duty cycle: after a quantum of work it owes work × (1 - share) / share of sleep; intervals
+the caller marks as waiting (the swarm's network phases) are not work."""
+
+from __future__ import annotations
+
+import pytest
+
+from sapo_core.control.throttle import MAX_SLEEP, DutyCycle
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("share, work, owed", [
+    (0.5, 0.2, 0.2),  # half: sleep as long as it worked
+    (0.25, 0.2, 0.6),  # a quarter: three times as long
+    (0.75, 0.3, 0.1),
+    (1.0, 5.0, 0.0),  # no throttle
+    (0.5, 0.05, 0.0),  # under a quantum: not yet
+    (0.05, 10.0, MAX_SLEEP),  # capped
+])
+def test_owed(share, work, owed):
+    clock = Clock()
+    d = DutyCycle(share, quantum=0.1, clock=clock)
+    clock.t += work
+    assert d.owed() == pytest.approx(owed)
+
+
+def test_rest_resets_the_work_count():
+    clock = Clock()
+    d = DutyCycle(0.5, quantum=0.1, clock=clock)
+    clock.t += 0.3
+    assert d.owed() == pytest.approx(0.3)
+    d.rested()
+    assert d.owed() == 0.0
+    clock.t += 0.1
+    assert d.owed() == pytest.approx(0.1)
+
+
+def test_waiting_on_the_network_is_not_work():
+    clock = Clock()
+    d = DutyCycle(0.5, quantum=0.1, clock=clock)
+    clock.t += 10.0
+    assert d.owed(counting=False) == 0.0  # a 10 s gather
+    clock.t += 0.4
+    assert d.owed() == pytest.approx(0.4)  # only the computing after it
+
+
+def test_share_over_a_long_run_matches_the_target():
+    """Alternate work steps and the sleeps owed: the busy fraction of the time is the share."""
+    for share in (0.25, 0.5, 0.75):
+        clock = Clock()
+        d = DutyCycle(share, quantum=0.1, clock=clock)
+        busy = slept = 0.0
+        for _ in range(1000):
+            clock.t += 0.013  # one checkpoint interval
+            busy += 0.013
+            owed = d.owed()
+            if owed:
+                clock.t += owed
+                slept += owed
+                d.rested()
+        assert busy / (busy + slept) == pytest.approx(share, abs=0.02)
+
+
+def test_share_must_be_in_range():
+    with pytest.raises(ValueError):
+        DutyCycle(0.0)
+    with pytest.raises(ValueError):
+        DutyCycle(1.5)
