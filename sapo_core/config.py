@@ -135,7 +135,9 @@ class SamplerConfig:
     max_new_tokens: int = _help("Longest completion, in tokens.", 128)
     temperature: float = _help("Sampling temperature.", 1.0)
     top_p: float = _help("Nucleus sampling threshold (1 = off).", 1.0)
-    quantization: str = _help("Weights llama.cpp samples from: 'q8_0' (fast, near-lossless) or 'as-is'.", "q8_0")
+    quantization: str = _help(
+        "Weights llama.cpp samples from: 'q8_0' (fast, near-lossless), 'f16' (the trainer's own weights, "
+        "twice the memory) or 'as-is'.", "q8_0")
     threads: int = _help("Threads for sampling and training; 0 = all physical cores.", 0)
 
     def __post_init__(self) -> None:
@@ -145,7 +147,8 @@ class SamplerConfig:
         _check(1 <= self.max_new_tokens <= 4096, "sampler.max_new_tokens", "must be 1..4096")
         _check(0 < self.temperature <= 2, "sampler.temperature", "must be in (0, 2]")
         _check(0 < self.top_p <= 1, "sampler.top_p", "must be in (0, 1]")
-        _check(self.quantization in ("q8_0", "as-is"), "sampler.quantization", "must be 'q8_0' or 'as-is'")
+        _check(self.quantization in ("f16", "q8_0", "as-is"), "sampler.quantization",
+               "must be 'f16', 'q8_0' or 'as-is'")
         _check(self.threads >= 0, "sampler.threads", "must be >= 0")
 
 

@@ -13,6 +13,7 @@ import sys
 BENCHMARKS: list[tuple[str, str]] = [
     ("swarm", "publish/gather latency p50/p95 and bytes per round of N light peers on loopback"),
     ("training", "GRPO-update tokens/s against a plain forward+backward; peak node memory"),
+    ("generation", "rollout tokens/s: our llama.cpp sampler vs rl-swarm's generate x G and HF batched generate"),
     ("tasks", "baseline reward per task, prompt style and answer extraction of the untrained model"),
     ("control", "pause latency p50/p95 and measured CPU use at 25/50/75% throttle of a real node process"),
     ("gui", "dashboard redraw time with 10,000 rounds of history and the GUI process's memory (offscreen)"),
