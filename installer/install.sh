@@ -340,9 +340,11 @@ if [ -n "$PYTHON_CHOICE" ]; then candidates=("$PYTHON_CHOICE"); else
 fi
 for c in "${candidates[@]}"; do
   command -v "$c" >/dev/null 2>&1 || continue
-  v=$("$c" -c "import sys; print('%d.%d.%d' % sys.version_info[:3]); sys.exit(0 if sys.version_info[:2] >= tuple(int(x) for x in '$MIN_PY'.split()) else 1)" 2>/dev/null) || continue
-  PY=$(command -v "$c")
-  PY_VERSION=$v
+  # sys.executable: the real interpreter behind a shim (pyenv) or a link.
+  v=$("$c" -c "import sys; print('%d.%d.%d' % sys.version_info[:3], sys.executable); sys.exit(0 if sys.version_info[:2] >= tuple(int(x) for x in '$MIN_PY'.split()) else 1)" 2>/dev/null) || continue
+  PY_VERSION=${v%% *}
+  PY=${v#* }
+  [ -x "$PY" ] || PY=$(command -v "$c")
   break
 done
 if [ -z "$PY" ]; then
