@@ -189,14 +189,14 @@ Start-Step "system check"
 $problems = @()
 $notes = @()
 $pyproject = Get-Content -Raw (Join-Path $Repo "pyproject.toml")
-$minPy = [version]"3.10"
+$minPy = [version]"3.11"
 if ($pyproject -match 'requires-python\s*=\s*">=\s*(\d+\.\d+)') { $minPy = [version]$Matches[1] }
 if ($pyproject -match '"llama-cpp-python\s*>=\s*([0-9.]+)') { $LlamaVersion = $Matches[1] } else { Fail "pyproject.toml names no llama-cpp-python>=VERSION" }
 
 $PyExe = ""; $PyVersion = ""
 $candidates = @()
 if ($Python) { $candidates += , @($Python) } else {
-  foreach ($v in @("3.12", "3.11", "3.13", "3.10")) { $candidates += , @("py", "-$v") }
+  foreach ($v in @("3.12", "3.11", "3.13")) { $candidates += , @("py", "-$v") }
   $candidates += , @("python")
 }
 foreach ($c in $candidates) {

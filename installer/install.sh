@@ -49,7 +49,7 @@ Usage: installer/install.sh [options] [-- args for the app, the node or pytest]
   --test            install with the test extras and run the whole test suite (pytest)
   --prefix DIR      where the app's environment goes (default: $DATA_HOME/sapo-swarm)
   --bin-dir DIR     where the sapo-swarm and sapo-node commands go (default: ~/.local/bin)
-  --python PY       the Python to build the environment from (default: python3, 3.10 or newer)
+  --python PY       the Python to build the environment from (default: python3, 3.11 or newer)
   --torch KIND      auto (default), cpu or cuda: which torch build to install
   --torch-index URL install torch from this package index (e.g. a PyTorch CUDA index)
   --autostart       start SAPO Swarm at login; --no-autostart removes that again
@@ -328,7 +328,7 @@ step "system check"
 PROBLEMS=()
 NOTES=()
 MIN_PY=$(sed -n 's/^requires-python *= *">= *\([0-9]*\)\.\([0-9]*\).*/\1 \2/p' "$REPO/pyproject.toml" | head -n 1)
-MIN_PY=${MIN_PY:-3 10}
+MIN_PY=${MIN_PY:-3 11}
 MIN_PY_TEXT=${MIN_PY/ /.}
 LLAMA_VERSION=$(sed -n 's/.*"llama-cpp-python *>= *\([0-9][0-9.]*\).*/\1/p' "$REPO/pyproject.toml" | head -n 1)
 [ -n "$LLAMA_VERSION" ] || die "pyproject.toml names no llama-cpp-python>=VERSION; cannot tell which version to build"
@@ -336,7 +336,7 @@ LLAMA_VERSION=$(sed -n 's/.*"llama-cpp-python *>= *\([0-9][0-9.]*\).*/\1/p' "$RE
 PY=""
 PY_VERSION=""
 if [ -n "$PYTHON_CHOICE" ]; then candidates=("$PYTHON_CHOICE"); else
-  candidates=(python3 python3.13 python3.12 python3.11 python3.10 python)
+  candidates=(python3 python3.13 python3.12 python3.11 python)
 fi
 for c in "${candidates[@]}"; do
   command -v "$c" >/dev/null 2>&1 || continue

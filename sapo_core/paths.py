@@ -32,3 +32,9 @@ def default_run_dir() -> Path:
 
 def identity_dir() -> Path:
     return data_dir() / "identity"
+
+
+def keep_matplotlib_cache_in_ours() -> None:
+    """reasoning-gym imports matplotlib, which writes a font cache into ~/.cache and ~/.config;
+    point it into our cache so an uninstall leaves nothing behind (call before that import)."""
+    os.environ.setdefault("MPLCONFIGDIR", str(cache_dir() / "matplotlib"))

@@ -197,6 +197,9 @@ def has_answer_line(text: str) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _scorer(dataset: str, config_json: str) -> Callable[[str | None, dict], float]:
+    from sapo_core import paths
+
+    paths.keep_matplotlib_cache_in_ours()
     import reasoning_gym
 
     config = json.loads(config_json)

@@ -30,7 +30,10 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-import reasoning_gym
+from sapo_core import paths
+
+paths.keep_matplotlib_cache_in_ours()
+import reasoning_gym  # noqa: E402  (after the matplotlib cache is pointed at ours)
 
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, TaskConfig
 from sapo_core.curriculum import Curriculum, LevelChange
