@@ -152,6 +152,20 @@ def test_logprobs_agree_with_transformers_and_follow_a_hot_swapped_adapter(small
     assert sampler.status()["adapter_path"].endswith(f"adapter-v{version}.gguf")
 
 
+def test_many_sequences_get_a_cache_each_and_still_agree(small):
+    policy, sampler = small
+    prompts = PROMPTS * 3  # 6 prompts x 8 = 48 sequences: above the shared-cache limit
+    params = SamplingParams(n=8, max_new_tokens=6, stop_token_ids=(49151,))
+    groups = sampler.sample(prompts, list(range(6)), params, NullHooks())
+    assert sampler.status()["kv_unified"] is False
+    assert [len(g) for g in groups] == [8] * 6 and all(len(s.token_ids) == 6 for g in groups for s in g)
+    ours = [s.logprobs for g in groups for s in g]
+    theirs = [lp for p, g in zip(prompts, groups) for lp in trainer_logprobs(policy, p, [s.token_ids for s in g])]
+    assert logprob_drift(ours, theirs) < 0.01  # each sequence got its prompt's cells copied, not lost
+    sampler.sample(PROMPTS, [1, 2], SamplingParams(n=2, max_new_tokens=4), NullHooks())
+    assert sampler.status()["kv_unified"] is True
+
+
 def test_threads_setting_reaches_the_context(small):
     _, sampler = small
     sampler.set_threads(1)

@@ -39,6 +39,8 @@ if TYPE_CHECKING:  # the node has torch loaded anyway; `llamacpp_available` need
 ENGINE_MODULE = "sapo_core.sampler.llamacpp_engine"
 _GGUF_FTYPES = {"q8_0": 7, "f16": 1}  # sampler.quantization -> llama_ftype (general.file_type)
 _session_ids = itertools.count()
+# Sequences decoded together. A CPU is compute-bound well before this; more only grows memory.
+_MAX_SEQS_PER_CALL = 64
 
 
 def llamacpp_available() -> tuple[bool, str]:
@@ -176,7 +178,7 @@ class LlamaCppSampler:
                hooks: RoundHooks) -> list[list[SampledSequence]]:
         if len(prompts) != len(seeds):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-        max_seqs = int(self.info.get("max_sequences", 64))
+        max_seqs = min(_MAX_SEQS_PER_CALL, int(self.info.get("max_sequences", _MAX_SEQS_PER_CALL)))
         if params.n > max_seqs:
             raise SamplerError(f"llama.cpp decodes at most {max_seqs} sequences at once; lower sampler.group_size")
         per_call = max(1, max_seqs // params.n)

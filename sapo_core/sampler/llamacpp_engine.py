@@ -4,8 +4,9 @@
 Batched multi-sequence decoding through llama.cpp's low-level API (FACTS.md: the
 high-level `Llama` ignores `n_seq_max`):
 
-- one context with `n_seq_max` sequences and a unified KV cache (`kv_unified`), so that
-  `llama_memory_seq_cp` shares a prompt's cells with its G sequences instead of copying;
+- one context with `n_seq_max` sequences; up to 32 of them share a unified KV cache
+  (`kv_unified`), where `llama_memory_seq_cp` shares a prompt's cells with its G sequences
+  instead of copying them; more get a cache each (see `_UNIFIED_MAX_SEQS`);
 - each prompt is decoded once, on the first sequence of its group, then shared;
 - every step decodes one token for every live sequence of every question in one batch;
 - tokens are drawn in numpy from the logits (`sampling.sample_rows`), one generator per
@@ -32,6 +33,10 @@ from sapo_core.sampler.sampling import sample_rows, sequence_rng
 
 _FTYPES = {"q8_0": L.LLAMA_FTYPE_MOSTLY_Q8_0, "f16": L.LLAMA_FTYPE_MOSTLY_F16}
 _PREFILL_CHUNK = 512
+# Sequences per call that share one KV cache. Measured on the embedded model, 2 threads, 64
+# tokens: at 32 sequences shared and separate caches run alike; at 64, separate caches give
+# 131 tok/s against 59 (the shared cache's attention over every cell grows each step).
+_UNIFIED_MAX_SEQS = 32
 
 
 @L.llama_log_callback
@@ -76,6 +81,7 @@ class Engine:
         self.batch_cap = 0
         self.n_ctx = 0
         self.n_seq_ctx = 0
+        self.kv_unified = True
         self.n_vocab = 0
         self.threads = max(1, os.cpu_count() or 1)
         self.model_path = ""
@@ -121,27 +127,43 @@ class Engine:
             L.llama_free(self.ctx)
             self.ctx, self.n_ctx, self.n_seq_ctx = None, 0, 0
 
-    def _ensure_context(self, n_tokens: int, n_seqs: int) -> None:
-        """A context holding `n_tokens` KV cells over `n_seqs` sequences; grown, never shrunk."""
-        if self.ctx is not None and self.n_ctx >= n_tokens and self.n_seq_ctx >= n_seqs:
-            return
-        n_ctx = max(n_tokens, self.n_ctx * 3 // 2, 1024)
-        n_ctx = -(-n_ctx // 256) * 256
-        n_seq = max(n_seqs, self.n_seq_ctx)
+    def _ensure_context(self, prompt_lens: list[int], n: int, max_new_tokens: int) -> None:
+        """A context for len(prompt_lens) prompts x n sequences; grown, never shrunk.
+
+        Up to _UNIFIED_MAX_SEQS sequences share one KV cache (a prompt's cells are shared by
+        its group, not copied); above that, each sequence gets its own cache (its own copy of
+        the prompt), since in a shared cache every token attends over all cells, masked.
+        """
+        n_seqs = len(prompt_lens) * n
+        unified = n_seqs <= _UNIFIED_MAX_SEQS
+        same = self.ctx is not None and self.kv_unified == unified
+        if unified:
+            need = sum(prompt_lens) + n_seqs * max_new_tokens + 8
+            if same and self.n_ctx >= need and self.n_seq_ctx >= n_seqs:
+                return
+            n_seq = max(n_seqs, self.n_seq_ctx if same else 0)
+            n_ctx = -(-max(need, self.n_ctx * 3 // 2 if same else 0, 1024) // 256) * 256
+        else:
+            per_seq = max(prompt_lens) + max_new_tokens + 8
+            if same and self.n_ctx // self.n_seq_ctx >= per_seq and self.n_seq_ctx >= n_seqs:
+                return
+            n_seq = max(n_seqs, self.n_seq_ctx if same else 0)
+            per_seq = -(-max(per_seq, self.n_ctx // self.n_seq_ctx if same else 0) // 256) * 256
+            n_ctx = per_seq * n_seq
         self._free_context()
         cparams = L.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = max(_PREFILL_CHUNK, n_seq)
         cparams.n_ubatch = max(_PREFILL_CHUNK, n_seq)
         cparams.n_seq_max = n_seq
-        cparams.kv_unified = True  # seq_cp shares the prompt's cells among the group
+        cparams.kv_unified = unified
         cparams.n_threads = cparams.n_threads_batch = self.threads
         cparams.no_perf = True
         ctx = L.llama_init_from_model(self.model, cparams)
         if not ctx:
             raise RuntimeError(f"llama.cpp could not make a context of {n_ctx} tokens x {n_seq} sequences "
                                "(out of memory?); lower sampler.group_size or round.local_groups")
-        self.ctx, self.n_ctx, self.n_seq_ctx = ctx, n_ctx, n_seq
+        self.ctx, self.n_ctx, self.n_seq_ctx, self.kv_unified = ctx, n_ctx, n_seq, unified
         self.batch_cap = max(_PREFILL_CHUNK, n_seq)
         self.batch = L.llama_batch_init(self.batch_cap, 0, 1)
         self._apply_adapter(self.adapter, self.adapter_scale)
@@ -186,7 +208,8 @@ class Engine:
     def op_status(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "adapter_path": self.adapter_path, "threads": self.threads,
                 "ctx_threads": int(L.llama_n_threads(self.ctx)) if self.ctx is not None else None,
-                "n_ctx": self.n_ctx, "n_seq_max": self.n_seq_ctx, "pid": os.getpid()}
+                "n_ctx": self.n_ctx, "n_seq_max": self.n_seq_ctx, "kv_unified": self.kv_unified,
+                "pid": os.getpid()}
 
     def op_ping(self) -> dict[str, Any]:
         return {}
@@ -223,7 +246,7 @@ class Engine:
         if bad:
             raise ValueError(f"token id {bad[0]} is outside the model's vocabulary of {self.n_vocab}")
         n_seqs = len(prompts) * n
-        self._ensure_context(sum(len(p) for p in prompts) + n_seqs * max_new_tokens + 8, n_seqs)
+        self._ensure_context([len(p) for p in prompts], n, max_new_tokens)
         mem = L.llama_get_memory(self.ctx)
         L.llama_memory_clear(mem, True)
         self.params = {"n": n, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
