@@ -52,10 +52,12 @@ CUDA_CONTEXT_GB = 0.5  # CUDA context + allocator slack (not measured here: no G
 RAM_BUDGET_SHARE = 0.8  # leave the owner a fifth of the RAM at least
 GPU_BUDGET_SHARE = 0.9
 Q8_0_BYTES_PER_PARAM = 34 / 32  # Q8_0 packs 32 weights in 34 bytes
+SAMPLER_COPY_BYTES_PER_PARAM = {"Q8_0": Q8_0_BYTES_PER_PARAM, "F16": 2.0}
 ANCHOR_PARAMS = 134_515_008  # the embedded model
 ANCHOR_CORES = 2
 ANCHOR_TRAIN_TOK_S = 200.0
-ANCHOR_SAMPLE_TOK_S = {"Q8_0": 205.0, "Q4_1": 125.0, "transformers": 39.0}
+# F16 ran on a par with Q8_0 at 32 sequences here (109-114 vs 89-120 tok/s, 1 thread, loaded machine)
+ANCHOR_SAMPLE_TOK_S = {"Q8_0": 205.0, "F16": 205.0, "Q4_1": 125.0, "transformers": 39.0}
 GPU_TRAIN_SPEEDUP = 25.0  # vs 2 CPU cores; an assumption (no GPU here), deliberately modest
 MPS_TRAIN_SPEEDUP = 4.0  # likewise
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -203,9 +205,16 @@ def _saved_floats_per_token(e: CatalogEntry, lora_rank: int, n_targets: int) -> 
     return e.layers * per_layer
 
 
+def sampled_quant(e: CatalogEntry, config: NodeConfig) -> str:
+    """The weight type llama.cpp samples from: the converted copy's, or the file's own."""
+    q = config.sampler.quantization
+    return e.quant if q == "as-is" else q.upper()
+
+
 def sampled_weights_bytes(e: CatalogEntry, config: NodeConfig) -> float:
-    if config.sampler.quantization == "q8_0" and e.quant != "Q8_0":
-        return e.params * Q8_0_BYTES_PER_PARAM
+    quant = sampled_quant(e, config)
+    if quant != e.quant:
+        return e.params * SAMPLER_COPY_BYTES_PER_PARAM[quant]
     return float(e.size_bytes)
 
 
@@ -244,13 +253,13 @@ def estimate_memory(e: CatalogEntry, config: NodeConfig, micro_batch_size: int |
     if s.backend == "transformers":  # samples with the policy itself: no second copy of the weights
         sample = {f"KV cache ({s.group_size} x {seq})": kv_elems * nbytes / GB}
     else:
-        sample = {f"GGUF weights ({'Q8_0' if s.quantization == 'q8_0' else e.quant})": sampled_weights_bytes(e, config) / GB,
+        sample = {f"GGUF weights ({sampled_quant(e, config)})": sampled_weights_bytes(e, config) / GB,
                   f"KV cache f16 ({s.group_size} x {seq})": kv_elems * 2 / GB,
                   "llama.cpp buffers": LLAMA_BUFFERS_GB}
 
     disk = {"download": 0.0 if e.embedded else e.size_bytes / GB}
-    if s.quantization == "q8_0" and e.quant != "Q8_0":
-        disk["Q8_0 copy for the sampler"] = e.params * Q8_0_BYTES_PER_PARAM / GB
+    if sampled_quant(e, config) != e.quant:
+        disk[f"{sampled_quant(e, config)} copy for the sampler"] = sampled_weights_bytes(e, config) / GB
     disk["converted weights cache"] = e.params * nbytes / GB
     if m.lora:
         disk["checkpoint (adapter + AdamW)"] = e.lora_params(m.lora_rank, m.lora_targets) * 4 * 3 / GB
@@ -293,7 +302,7 @@ def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig
     if s.backend == "transformers":
         sample_anchor = ANCHOR_SAMPLE_TOK_S["transformers"]
     else:
-        quant = "Q8_0" if s.quantization == "q8_0" else e.quant
+        quant = sampled_quant(e, config)
         sample_anchor = ANCHOR_SAMPLE_TOK_S.get(quant, ANCHOR_SAMPLE_TOK_S["Q4_1"])
     train_tok_s = ANCHOR_TRAIN_TOK_S * scale
     device = profile.device.value

@@ -14,6 +14,9 @@ the SAPO paper (arXiv 2509.08721) or GRPO:
   clip can act; old log-probs come from the first step's own forward (see trainer.py).
 - I, J and G shrink, never below I=1, J=1, G=4, when a round takes much longer than
   round.target_round_seconds on this machine (auto_scale), and grow back when it is fast.
+- Completions that stopped by themselves are trained with their stop token, so the policy
+  learns when to stop; a peer's completion counts as stopped when it is shorter than our
+  max_new_tokens (records carry text only).
 - The default task mix and difficulty are easy ones a 135M model can sometimes solve
   (FACTS.md: it scores ~0 on the paper's full mix), with a curriculum that raises them.
 """
@@ -248,6 +251,7 @@ class Node:
 
     def _training_sequences(self, local: list[Group], prompts: list[list[int]], external: list[Group]):
         policy, max_new = self.policy, self.cfg.sampler.max_new_tokens
+        eos = policy.tokenizer.eos_token_id
         seqs: list[TrainSequence] = []
         trained = 0
         skip_flat = self.cfg.train.kl_beta == 0  # zero advantage and no KL: no gradient at all
@@ -257,7 +261,10 @@ class Node:
                 continue
             trained += 1
             for c, a in zip(g.completions, adv):
-                seqs.append(TrainSequence(prompt, list(c.token_ids or []), a, c.sample_logprobs))
+                ids, lps = list(c.token_ids or []), list(c.sample_logprobs or [])
+                if c.finished:  # learn to stop: the stop token is part of what was sampled
+                    ids, lps = ids + [eos], lps + [float("nan")]  # its sampling log-prob is not reported
+                seqs.append(TrainSequence(prompt, ids, a, lps if c.sample_logprobs is not None else None))
         for g in external:
             adv = grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()
             if skip_flat and not g.has_signal():
@@ -265,8 +272,10 @@ class Node:
             trained += 1
             prompt = policy.encode_prompt(self.tasks.messages(g.question))
             for c, a in zip(g.completions, adv):
-                # re-tokenised with our tokenizer, as if our policy had written it (paper §3)
-                seqs.append(TrainSequence(prompt, policy.encode_completion(c.text)[:max_new], a, None))
+                # re-tokenised with our tokenizer, as if our policy had written it (paper §3); one
+                # shorter than our own limit ended by itself, so it ends with our stop token
+                ids = policy.encode_completion(c.text)[:max_new]
+                seqs.append(TrainSequence(prompt, ids + [eos] if len(ids) < max_new else ids, a, None))
         return seqs, trained
 
     def _round_figures(self, local, external, trained_groups, samples, timer) -> dict[str, float]:

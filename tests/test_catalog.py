@@ -24,7 +24,7 @@ CAT = load_catalogue()
 # The settings the hand-computed figures below were worked out for (the defaults have since moved
 # to micro-batch 4 with gradient checkpointing, tested on their own).
 CFG = NodeConfig().replace(**{"train.micro_batch_size": 8, "train.gradient_checkpointing": False,
-                              "train.logit_chunk": 1024})
+                              "train.logit_chunk": 1024, "sampler.quantization": "q8_0"})
 LAPTOP_8GB = HardwareProfile.manual(cpu_cores=4, ram_gb=8, ram_available_gb=6, disk_gb=100)
 DESKTOP_16GB_GPU_8GB = HardwareProfile.manual(cpu_cores=8, ram_gb=16, ram_available_gb=12, gpu_memory_gb=8)
 WORKSTATION_64GB_GPU_24GB = HardwareProfile.manual(cpu_cores=16, ram_gb=64, ram_available_gb=56, gpu_memory_gb=24)
@@ -128,6 +128,8 @@ def test_gradient_checkpointing_keeps_only_layer_inputs() -> None:
     assert m.train[key] == pytest.approx(1.8 * 1024 * (30 * 576 + 10681) * 4 / 1e9)
     assert m.train["log-prob chunk (256 x 49152 vocab)"] == pytest.approx(3 * 256 * 49152 * 4 / 1e9)
     assert m.train_gb < 2.0  # the node's 2.5 GB goal leaves room for the runtime and the sampler
+    assert m.sample["GGUF weights (F16)"] == pytest.approx(134_515_008 * 2 / 1e9)  # the default sampler copy
+    assert m.disk["F16 copy for the sampler"] == pytest.approx(134_515_008 * 2 / 1e9)
 
 
 def test_full_fine_tuning_counts_gradients_and_optimizer_but_not_both_peaks() -> None:
