@@ -156,7 +156,7 @@ class SamplerConfig:
 class TrainConfig:
     learning_rate: float = _help("Adam learning rate.", 5e-5)
     steps_per_round: int = _help("Optimizer steps per round over the round's batch, K (>1 lets clipping act).", 2)
-    micro_batch_size: int = _help("Sequences per forward/backward pass (memory bound).", 4)
+    micro_batch_size: int = _help("Sequences per forward/backward pass (memory bound).", 2)
     gradient_checkpointing: bool = _help(
         "Recompute each layer's activations in the backward pass: ~1/3 more compute, a fraction of the "
         "memory (6.3 GB -> ~2 GB for the embedded model at 8 x 256 tokens).", True)
