@@ -51,6 +51,16 @@ def test_waiting_on_the_network_is_not_work():
     assert d.owed() == pytest.approx(0.4)  # only the computing after it
 
 
+def test_time_spent_unthrottled_is_never_owed():
+    clock = Clock()
+    d = DutyCycle(1.0, quantum=0.1, clock=clock)
+    clock.t += 30.0  # loading the model, or running at full speed
+    d.set_share(0.25)
+    assert d.owed() == 0.0
+    clock.t += 0.2
+    assert d.owed() == pytest.approx(0.6)
+
+
 def test_share_over_a_long_run_matches_the_target():
     """Alternate work steps and the sleeps owed: the busy fraction of the time is the share."""
     for share in (0.25, 0.5, 0.75):

@@ -8,10 +8,10 @@ driven through `NodeClient` as the desktop app drives it:
   of 2 s, with the phase each pause hit.
 - Throttle: the node's CPU use (user + system time of the node process and its children —
   the llama.cpp sampler runs in one — from psutil, so other jobs on a shared machine do not
-  count) over `--window` seconds at 75 %, 50 % and 25 % throttle, `--cycles` times, each
-  cycle between two unthrottled windows. The measured share of a throttle is its CPU rate
-  over the mean of the unthrottled rates around it (a load that drifts cancels out),
-  averaged over the cycles; goal: within ±10 points.
+  count) in short windows that alternate unthrottled and 75 %, 50 % or 25 % throttle,
+  `--repeats` times each. The measured share of a throttle is its CPU rate over the mean of
+  the two unthrottled windows beside it (other jobs coming and going, and the round's
+  phases, cancel out), averaged; goal: within ±10 points of the setting.
 
 Ends with one line: `control: pause p50 … s p95 … s; throttle 25% -> …%, 50% -> …%, 75% -> …%`.
 """
@@ -38,8 +38,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="auto", help="model id, 'auto' (the node's pick) or 'tiny-random'")
     parser.add_argument("--sampler", default="auto", choices=["auto", "llamacpp", "transformers"])
     parser.add_argument("--pauses", type=int, default=12, help="pauses measured")
-    parser.add_argument("--window", type=float, default=60.0, help="seconds of CPU measurement per window")
-    parser.add_argument("--cycles", type=int, default=1, help="rounds of 75/50/25 %% windows between unthrottled ones")
+    parser.add_argument("--window", type=float, default=10.0, help="seconds of CPU measurement per window")
+    parser.add_argument("--repeats", type=int, default=6, help="times each throttle is measured between two "
+                                                               "unthrottled windows")
     parser.add_argument("--threads", type=int, default=0, help="node threads (0 = all physical cores)")
     parser.add_argument("--run-dir", default="", help="run directory (default: a temporary one)")
     parser.add_argument("--seed", type=int, default=0)
@@ -105,28 +106,27 @@ def _measure_cpu(client: NodeClient, share: float, window: float) -> float:
     """CPU seconds per wall second of the node (and its sampler child) over `window`, at `share`."""
     client.set_throttle(share)
     client.wait_for(lambda e: isinstance(e, P.Heartbeat) and e.throttle == share, 60)
-    time.sleep(min(5.0, window / 4))  # let a sleep owed at the old share run out
     c0, t0 = _cpu_seconds(client.pid), time.monotonic()
     time.sleep(window)
-    rate = (_cpu_seconds(client.pid) - c0) / (time.monotonic() - t0)
-    print(f"  throttle {share:>4.0%}: node CPU {rate:5.2f} cores  (load average {psutil.getloadavg()[0]:.1f})",
-          flush=True)
-    return rate
+    return (_cpu_seconds(client.pid) - c0) / (time.monotonic() - t0)
 
 
-def _measure_throttle(client: NodeClient, window: float, cycles: int) -> dict[float, float]:
-    """Measured share per throttle: each throttled window against the unthrottled windows around
-    its cycle, so that a load that drifts (other jobs come and go) cancels out."""
+def _measure_throttle(client: NodeClient, window: float, repeats: int) -> dict[float, float]:
+    """Measured share per throttle. Short windows alternate unthrottled and throttled (100, 75, 100,
+    50, 100, 25, 100, ...), `repeats` times: each throttled window is divided by the mean of the two
+    unthrottled ones beside it, so that other jobs coming and going, and the round's phases, cancel
+    out; the ratios of a share are averaged."""
     shares = (0.75, 0.5, 0.25)
-    full = [_measure_cpu(client, 1.0, window)]
     ratios: dict[float, list[float]] = {s: [] for s in shares}
-    for _ in range(cycles):
-        rates = {s: _measure_cpu(client, s, window) for s in shares}
-        full.append(_measure_cpu(client, 1.0, window))
-        base = (full[-2] + full[-1]) / 2
+    before = _measure_cpu(client, 1.0, window)
+    for k in range(repeats):
         for s in shares:
-            ratios[s].append(rates[s] / base)
-    print("unthrottled node CPU per window: " + ", ".join(f"{x:.2f}" for x in full) + " cores")
+            rate = _measure_cpu(client, s, window)
+            after = _measure_cpu(client, 1.0, window)
+            ratios[s].append(rate / ((before + after) / 2))
+            before = after
+        print(f"  repeat {k + 1}: " + ", ".join(f"{100 * s:.0f}% -> {100 * ratios[s][-1]:.0f}%" for s in shares)
+              + f"  (unthrottled {after:.2f} cores, load average {psutil.getloadavg()[0]:.1f})", flush=True)
     return {s: 100 * statistics.mean(r) for s, r in ratios.items()}
 
 
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"node: {info.model_id}, sampler {info.sampler}", flush=True)
         client.wait_for(lambda e: isinstance(e, P.RoundDone), 900)  # warm: one full round first
         pauses = _measure_pauses(client, args.pauses, rng)
-        measured = _measure_throttle(client, args.window, args.cycles)
+        measured = _measure_throttle(client, args.window, args.repeats)
     finally:
         client.stop(timeout=120)
         tmp.cleanup()

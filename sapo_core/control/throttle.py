@@ -30,13 +30,15 @@ class DutyCycle:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.quantum, self.clock = quantum, clock
         self.share = 1.0
-        self.set_share(share)
         self.work = 0.0
         self._mark = clock()
+        self.set_share(share)
 
     def set_share(self, share: float) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"throttle share {share} must be in (0, 1]")
+        if self.share >= 1.0:
+            self.rested()  # unthrottled time is never owed
         self.share = float(share)
 
     def owed(self, counting: bool = True) -> float:

@@ -197,6 +197,7 @@ class Worker:
                 node.set_threads(self.ctl.threads)
             self.ctl.apply_threads = node.set_threads
             install_layer_checkpoints(node.policy.model, self.ctl.checkpoint)
+            self.ctl.duty.rested()  # loading the model is not owed to the throttle
             self.writer.emit(self._node_info(node))
             why = self._run_rounds(node, cfg, self.start_cmd.rounds)
         except Interrupted:
