@@ -12,12 +12,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-@pytest.fixture(autouse=True)
-def reap_children():
-    """Kill whatever child processes a test left behind (nodes, p2pd daemons)."""
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    yield
-    leftovers = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _reap(pids: set[int]) -> None:
+    leftovers = []
+    for pid in pids:
+        try:
+            leftovers.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
     for p in leftovers:
         try:
             p.terminate()
@@ -29,6 +34,27 @@ def reap_children():
             p.kill()
         except psutil.NoSuchProcess:
             pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def reap_module_children():
+    """Kill whatever child processes a module left behind (its module-scoped nodes included)."""
+    before = _children()
+    yield
+    _reap(_children() - before)
+
+
+@pytest.fixture(autouse=True)
+def reap_children(request):
+    """Kill whatever child processes a test left behind (nodes, p2pd daemons).
+
+    A module marked `module_processes` shares a node across its tests, and that node's supervisor
+    may restart it during any test: its processes are reaped when the module ends instead.
+    """
+    before = _children()
+    yield
+    if request.node.get_closest_marker("module_processes") is None:
+        _reap(_children() - before)
 
 
 @pytest.fixture(scope="session", autouse=True)
