@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, help_text in BENCHMARKS:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        escaped = help_text.replace("%", "%%")  # argparse formats help strings with %
+        p = sub.add_parser(name, help=escaped, description=escaped)
         if name == chosen:
             importlib.import_module(f"sapo_core.bench.{name}").configure(p)
     args = parser.parse_args(argv)
