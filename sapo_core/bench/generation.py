@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from sapo_core.config import TaskConfig
+from sapo_core.config import SamplerConfig, TaskConfig
 from sapo_core.hooks import NullHooks
 from sapo_core.sampler.base import SamplingParams, sequence_seed
 from sapo_core.tasks import PROMPTS
@@ -42,8 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=0, help="threads for all three (0 = physical cores)")
-    parser.add_argument("--quantization", default="q8_0", choices=["q8_0", "f16", "as-is"],
-                        help="weights llama.cpp samples from (sampler.quantization)")
+    parser.add_argument("--quantization", default=SamplerConfig().quantization, choices=["q8_0", "f16", "as-is"],
+                        help="weights llama.cpp samples from (sampler.quantization; default: the node's)")
     parser.add_argument("--skip-rl-swarm", action="store_true", help="skip the slowest way (no ratio then)")
     parser.add_argument("--prompt", default=TaskConfig().prompt, choices=sorted(PROMPTS),
                         help="prompt style (tasks.prompt); 'plain' gets longer, reasoning answers")
