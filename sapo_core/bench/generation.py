@@ -10,7 +10,12 @@ de-quantizes it to float32, llama.cpp samples it at `--quantization`), the same 
 
 Tokens are the completion tokens up to (not including) the end-of-sequence token. Also
 reported: the process boundary's cost (one request round trip x decode steps, against the
-sampling time) and the log-prob drift of our samples against transformers. Ends with
+sampling time) and the log-prob drift of our samples against transformers.
+
+The defaults are one round of a node: I questions x G completions, the node's prompt and
+limits. The untrained model answers the one-shot prompt in a handful of tokens, so per-call
+costs (prompt prefill, one `generate` per completion) weigh more than per-token ones;
+`--prompt plain` gets answers ten times longer, the regime of most RL rollouts. Ends with
 `generation: ours N tok/s, rl-swarm way M tok/s, HF batched K tok/s, ratio R`.
 """
 
@@ -22,7 +27,7 @@ import os
 import time
 from pathlib import Path
 
-from sapo_core.config import SamplerConfig, TaskConfig
+from sapo_core.config import RoundConfig, SamplerConfig, TaskConfig
 from sapo_core.hooks import NullHooks
 from sapo_core.sampler.base import SamplingParams, sequence_seed
 from sapo_core.tasks import PROMPTS
@@ -37,10 +42,12 @@ def _embedded_gguf() -> Path:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--questions", type=int, default=2, help="questions (each gets G completions)")
-    parser.add_argument("--group-size", type=int, default=8, help="completions per question, G")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=1.0)
+    # defaults: what one round of a node samples (I questions x G completions, the node's limits)
+    parser.add_argument("--questions", type=int, default=RoundConfig().local_groups,
+                        help="questions (each gets G completions; default: the node's I)")
+    parser.add_argument("--group-size", type=int, default=SamplerConfig().group_size, help="completions per question, G")
+    parser.add_argument("--max-new-tokens", type=int, default=SamplerConfig().max_new_tokens)
+    parser.add_argument("--temperature", type=float, default=SamplerConfig().temperature)
     parser.add_argument("--threads", type=int, default=0, help="threads for all three (0 = physical cores)")
     parser.add_argument("--quantization", default=SamplerConfig().quantization, choices=["q8_0", "f16", "as-is"],
                         help="weights llama.cpp samples from (sampler.quantization; default: the node's)")
