@@ -23,6 +23,8 @@ from app.single import SingleInstance
 from app.window import MainWindow
 from app.wizard import SetupWizard
 
+from lightnode import light_config
+
 pytestmark = pytest.mark.gui
 PEER = "/ip4/203.0.113.5/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
 START_MS = 300_000
@@ -37,10 +39,7 @@ def data(tmp_path, tmp_path_factory, monkeypatch):
 
 
 def tiny(data: Path, **changes) -> NodeConfig:
-    base = {"model.name": "tiny-random", "sampler.backend": "transformers", "swarm.enabled": False,
-            "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
-            "sampler.max_new_tokens": 8, "round.auto_scale": False, "run_dir": str(data / "run")}
-    return NodeConfig().replace(**{**base, **changes})
+    return light_config(data / "run", max_new_tokens=8, **changes)
 
 
 def test_the_wizard_scans_recommends_and_joins(qtbot, data):

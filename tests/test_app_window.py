@@ -24,16 +24,15 @@ from app.history import store_path
 from app.settings import UiSettings, node_config_path
 from app.window import MainWindow
 
+from lightnode import light_config
+
 pytestmark = [pytest.mark.gui, pytest.mark.module_processes]
 START_MS = 300_000  # loading even the tiny model takes tens of seconds on a busy 2-core machine
 ROUND_MS = 120_000
 
 
 def tiny_config(run_dir: Path, **changes) -> NodeConfig:
-    base = {"model.name": "tiny-random", "sampler.backend": "transformers", "swarm.enabled": False,
-            "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
-            "sampler.max_new_tokens": 8, "round.auto_scale": False, "run_dir": str(run_dir)}
-    return NodeConfig().replace(**{**base, **changes})
+    return light_config(run_dir, max_new_tokens=8, **changes)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient, NodeStartError
 
+from lightnode import light_config
+
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP stands in for a hung node")
 
 START = 300
@@ -26,10 +28,7 @@ def env(tmp_path, tmp_path_factory):
 
 
 def tiny(tmp_path, **changes) -> NodeConfig:
-    base = {"model.name": "tiny-random", "sampler.backend": "transformers", "swarm.enabled": False,
-            "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
-            "sampler.max_new_tokens": 16, "round.auto_scale": False, "run_dir": str(tmp_path / "run")}
-    return NodeConfig().replace(**{**base, **changes})
+    return light_config(tmp_path / "run", **changes)
 
 
 def test_a_stuck_node_is_terminated_then_killed(env, tmp_path):

@@ -17,6 +17,8 @@ from sapo_core.control.client import NodeClient
 from sapo_core.control.rules import GB, Rules
 from sapo_core.control.system import FAKE_ENV, SystemReading
 
+from lightnode import light_config
+
 WEDNESDAY_NOON = datetime(2026, 11, 25, 12, 0)
 CALM = SystemReading(now=WEDNESDAY_NOON, on_battery=False, battery_percent=90.0, idle_seconds=3600.0,
                      other_cpu_percent=2.0, temperature_c=50.0, free_memory_bytes=16 * GB)
@@ -103,11 +105,8 @@ def test_first_reason_wins_in_a_fixed_order():
 
 
 def _tiny(run_dir: Path, **changes) -> NodeConfig:
-    base = {"model.name": "tiny-random", "sampler.backend": "transformers", "swarm.enabled": False,
-            "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
-            "sampler.max_new_tokens": 16, "round.auto_scale": False, "train.kl_beta": 0.01,
-            "train.steps_per_round": 1, "sampler.threads": 1, "run_dir": str(run_dir)}
-    return NodeConfig().replace(**{**base, **changes})
+    return light_config(run_dir, **{"train.kl_beta": 0.01, "train.steps_per_round": 1,
+                                      "sampler.threads": 1, **changes})
 
 
 def test_each_rule_pauses_a_real_node_with_its_reason_and_lets_it_resume(tmp_path, tmp_path_factory):

@@ -17,16 +17,15 @@ from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
 from sapo_core.store import STORE_NAME, RunStore
 
+from lightnode import light_config
+
 START = 300  # seconds a node may take to come up on a loaded 2-core machine
 ROUND = 120
 
 
 def tiny(run_dir: Path, **changes) -> NodeConfig:
-    base = {"model.name": "tiny-random", "sampler.backend": "transformers", "swarm.enabled": False,
-            "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
-            "sampler.max_new_tokens": 24, "round.auto_scale": False, "train.kl_beta": 0.01,
-            "train.steps_per_round": 1, "sampler.threads": 1, "run_dir": str(run_dir)}
-    return NodeConfig().replace(**{**base, **changes})
+    return light_config(run_dir, max_new_tokens=24, **{"train.kl_beta": 0.01, "train.steps_per_round": 1,
+                                                           "sampler.threads": 1, **changes})
 
 
 @pytest.fixture
