@@ -166,6 +166,10 @@ class TrainConfig:
     max_grad_norm: float = _help("Gradient norm clip (0 = off).", 1.0)
     weight_decay: float = _help("AdamW weight decay.", 0.0)
     logit_chunk: int = _help("Tokens per chunk when computing log-probs over the vocabulary.", 256)
+    pack_prompts: bool = _help(
+        "Process each group's prompt once per micro-batch, its completions attending to that one copy "
+        "(a block attention mask): the same log-probs as one row per completion, several times fewer "
+        "tokens when answers are short next to the prompt.", True)
 
     def __post_init__(self) -> None:
         _check(0 < self.learning_rate < 1, "train.learning_rate", "must be in (0, 1)")

@@ -7,6 +7,12 @@
 - Sequences run in micro-batches with gradient accumulation; log-probs are computed only
   at completion positions, chunk by chunk over the vocabulary (`grpo.token_logprobs`), so
   the batch x length x vocabulary logits never exist at once.
+- Prompts are packed (train.pack_prompts): a micro-batch is one row holding each prompt
+  once, followed by its completions; a block attention mask lets every completion see its
+  prompt and itself only, and position ids restart after the prompt, so each completion's
+  log-probs are those of its own row. A group's G completions share one prompt, and the
+  untrained model's answers are a few tokens next to a prompt of hundreds: the round trains
+  ~6x fewer tokens. Rows hold at most micro_batch_size x the longest sequence, as unpacked.
 - The loss is the token-level mean over every completion token of the round's batch
   (DAPO-style), so long and short completions weigh by their tokens.
 - With KL (beta > 0) the reference is the base model: the LoRA adapter switched off.
@@ -37,13 +43,14 @@ class TrainSequence:
 @dataclass
 class _MicroBatch:
     input_ids: torch.Tensor  # (B, L)
-    attention: torch.Tensor  # (B, L)
+    attention: torch.Tensor  # (B, L) padding mask, or (B, 1, L, L) additive mask when packed
     pred_rows: torch.Tensor  # (N,) flat index into (B*L) of hidden states predicting a completion token
     targets: torch.Tensor  # (N,) the completion tokens
     seq_of_token: torch.Tensor  # (N,) which row of the micro-batch each token belongs to
     advantages: torch.Tensor  # (B,)
     sample_logprobs: torch.Tensor  # (N,) NaN where unknown
     n_tokens: int  # prompt + completion tokens processed
+    position_ids: torch.Tensor | None = None  # (B, L) when packed
 
 
 def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> list[_MicroBatch]:
@@ -76,6 +83,79 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
     return out
 
 
+def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torch.dtype) -> list[_MicroBatch]:
+    """One row per micro-batch: [prompt, its completions..., next prompt, its completions...].
+
+    A row holds at most `size` x the longest single sequence (the unpacked bound). Token i
+    attends to token j <= i of its own prompt, and a completion token also to its own earlier
+    tokens; positions run 0..p-1 over a prompt and p.. over each completion, as if alone.
+    """
+    budget = size * max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    rows: list[list[tuple[tuple[int, ...], list[int]]]] = []  # row -> [(prompt, sequence indices)]
+    used = budget + 1
+    for prompt, members in by_prompt.items():
+        for i in members:
+            c = len(seqs[i].completion_ids)
+            row = rows[-1] if rows else None
+            same_prompt = row is not None and row[-1][0] == prompt
+            need = c + (0 if same_prompt else len(prompt))
+            if row is None or used + need > budget:
+                rows.append([(prompt, [i])])
+                used = len(prompt) + c
+            elif same_prompt:
+                row[-1][1].append(i)
+                used += need
+            else:
+                row.append((prompt, [i]))
+                used += need
+    out = []
+    for row in rows:
+        ids: list[int] = []
+        pos: list[int] = []
+        spans: list[tuple[int, int, int, int]] = []  # (prompt start, prompt len, completion start, len)
+        order: list[int] = []
+        for prompt, members in row:
+            a, p = len(ids), len(prompt)
+            ids.extend(prompt)
+            pos.extend(range(p))
+            for i in members:
+                comp = seqs[i].completion_ids
+                spans.append((a, p, len(ids), len(comp)))
+                order.append(i)
+                ids.extend(comp)
+                pos.extend(range(p, p + len(comp)))
+        length = len(ids)
+        allowed = torch.zeros((length, length), dtype=torch.bool)
+        causal = torch.ones((length, length), dtype=torch.bool).tril()
+        pred, targets, owner, slp = [], [], [], []
+        seen_prompts = set()
+        for k, (a, p, b, c) in enumerate(spans):
+            if a not in seen_prompts:
+                seen_prompts.add(a)
+                allowed[a : a + p, a : a + p] = causal[:p, :p]
+            allowed[b : b + c, a : a + p] = True
+            allowed[b : b + c, b : b + c] = causal[:c, :c]
+            s = seqs[order[k]]
+            pred.extend([a + p - 1] + list(range(b, b + c - 1)))  # the prompt's last token predicts the first
+            targets.extend(s.completion_ids)
+            owner.extend([k] * c)
+            slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
+        mask = torch.zeros((1, 1, length, length), dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        out.append(_MicroBatch(
+            input_ids=torch.tensor([ids], dtype=torch.long), attention=mask,
+            pred_rows=torch.tensor(pred, dtype=torch.long), targets=torch.tensor(targets, dtype=torch.long),
+            seq_of_token=torch.tensor(owner, dtype=torch.long),
+            advantages=torch.tensor([seqs[i].advantage for i in order], dtype=torch.float32),
+            sample_logprobs=torch.tensor(slp, dtype=torch.float32), n_tokens=length,
+            position_ids=torch.tensor([pos], dtype=torch.long),
+        ))
+    return out
+
+
 class Trainer:
     def __init__(self, policy: Policy, cfg: TrainConfig, temperature: float = 1.0) -> None:
         self.policy = policy
@@ -98,7 +178,8 @@ class Trainer:
 
     # --- log-probs ----------------------------------------------------------------------
     def _token_logprobs(self, mb: _MicroBatch, body: torch.nn.Module, head: torch.Tensor) -> torch.Tensor:
-        hidden = body(input_ids=mb.input_ids, attention_mask=mb.attention).last_hidden_state  # (B, L, H)
+        hidden = body(input_ids=mb.input_ids, attention_mask=mb.attention,
+                      position_ids=mb.position_ids).last_hidden_state  # (B, L, H)
         flat = hidden.reshape(-1, hidden.shape[-1])  # (B*L, H)
         return grpo.token_logprobs(flat[mb.pred_rows], head, mb.targets, self.cfg.logit_chunk, self.temperature)
 
@@ -118,7 +199,10 @@ class Trainer:
         model = self.policy.model
         model.train()
         pad = self.policy.tokenizer.pad_token_id
-        mbs = _make_micro_batches(seqs, self.cfg.micro_batch_size, pad)
+        if self.cfg.pack_prompts:
+            mbs = _make_packed_micro_batches(seqs, self.cfg.micro_batch_size, next(model.parameters()).dtype)
+        else:
+            mbs = _make_micro_batches(seqs, self.cfg.micro_batch_size, pad)
         total_completion = sum(len(mb.targets) for mb in mbs)
         old: list[torch.Tensor] = []
         ref: list[torch.Tensor | None] = []
