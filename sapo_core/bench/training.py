@@ -7,6 +7,12 @@ setting, alternated `--repeats` times (medians reported) so a noisy neighbour hi
 cross-entropy), backward, optimizer step. Ours adds the GRPO parts: old log-probs, ratios,
 clipping, chunked log-probs at completion positions only. The goal is ours >= 0.85 x plain.
 
+The batch is shaped like a round: groups of G completions of one question (the node's
+G), so they share their prompt. Ours packs each prompt once per row (train.pack_prompts);
+plain, like rl-swarm's trainer, runs one row per completion. Tokens/s counts the tokens each
+actually processed (compute efficiency); "same batch" compares the seconds each took for
+the round's sequences, which is what packing changes.
+
 The node's peak memory is measured on a real node process (one round, the default config,
 training alone) as the largest resident set of the process and its children (the llama.cpp
 sampler runs in a child) sampled every 0.1 s; goal <= 2.5 GB.
@@ -35,7 +41,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-rounds", type=int, default=1)
 
 
-def _batch(policy, tasks, n: int, completion_tokens: int):
+def _batch(policy, tasks, n: int, completion_tokens: int, group_size: int):
     import torch
 
     from sapo_core.trainer import TrainSequence
@@ -43,10 +49,14 @@ def _batch(policy, tasks, n: int, completion_tokens: int):
     g = torch.Generator().manual_seed(0)
     vocab = policy.model.get_output_embeddings().weight.shape[0]
     seqs = []
-    for i, q in enumerate(tasks.sample_questions(1, n)):
+    groups = max(1, -(-n // group_size))
+    for q in tasks.sample_questions(1, groups):
         prompt = policy.encode_prompt(tasks.messages(q))
-        completion = torch.randint(100, vocab - 1, (completion_tokens,), generator=g).tolist()
-        seqs.append(TrainSequence(prompt, completion, 1.0 if i % 2 else -1.0))
+        for i in range(group_size):
+            if len(seqs) == n:
+                break
+            completion = torch.randint(100, vocab - 1, (completion_tokens,), generator=g).tolist()
+            seqs.append(TrainSequence(prompt, completion, 1.0 if i % 2 else -1.0))
     return seqs
 
 
@@ -85,21 +95,25 @@ def measure_update(args: argparse.Namespace) -> dict[str, float]:
     if args.threads:
         torch.set_num_threads(args.threads)
     policy = load_policy(cfg.model, embedded_gguf_path(), paths.cache_dir() / "hf", model_id="embedded")
-    seqs = _batch(policy, TaskSet(cfg.tasks, seed=0), args.sequences, args.completion_tokens)
+    seqs = _batch(policy, TaskSet(cfg.tasks, seed=0), args.sequences, args.completion_tokens, cfg.sampler.group_size)
     trainer = Trainer(policy, dataclasses.replace(cfg.train, steps_per_round=1))
     plain_opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-9)
     hooks = NullHooks()
     trainer.update(seqs[:2], hooks)  # warm-up both paths once
     _plain_step(policy, plain_opt, seqs[:2], cfg.train.micro_batch_size)
-    ours, plain = [], []
+    ours, plain, ours_s, plain_s = [], [], [], []
     for _ in range(args.repeats):
         t = time.perf_counter()
         out = trainer.update(seqs, hooks)
-        ours.append(out["train/tokens"] / (time.perf_counter() - t))
+        ours_s.append(time.perf_counter() - t)
+        ours.append(out["train/tokens"] / ours_s[-1])
         t = time.perf_counter()
         n = _plain_step(policy, plain_opt, seqs, cfg.train.micro_batch_size)
-        plain.append(n / (time.perf_counter() - t))
+        plain_s.append(time.perf_counter() - t)
+        plain.append(n / plain_s[-1])
     return {"ours": statistics.median(ours), "plain": statistics.median(plain),
+            "ours_seconds": statistics.median(ours_s), "plain_seconds": statistics.median(plain_s),
+            "plain_tokens": float(n),
             "micro_batch": cfg.train.micro_batch_size, "checkpointing": cfg.train.gradient_checkpointing,
             "tokens": out["train/tokens"]}
 
@@ -135,12 +149,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"machine: {psutil.cpu_count(logical=False)} cores, load average {load:.1f}")
     r = measure_update(args)
     ratio = r["ours"] / r["plain"]
-    print(f"batch: {args.sequences} sequences ({int(r['tokens'])} tokens), micro-batch {r['micro_batch']}, "
-          f"gradient checkpointing {'on' if r['checkpointing'] else 'off'}, median of {args.repeats}")
-    print(f"GRPO update        {r['ours']:8.1f} tok/s")
-    print(f"plain fwd+bwd      {r['plain']:8.1f} tok/s")
-    summary = f"training: ours {r['ours']:.0f} tok/s, plain forward+backward {r['plain']:.0f} tok/s, ratio {ratio:.2f}"
-    result = {**r, "ratio": ratio}
+    print(f"batch: {args.sequences} sequences of {args.completion_tokens} completion tokens in groups sharing a "
+          f"prompt; ours processes {int(r['tokens'])} tokens (prompts packed), plain {int(r['plain_tokens'])}; "
+          f"micro-batch {r['micro_batch']}, gradient checkpointing {'on' if r['checkpointing'] else 'off'}, "
+          f"median of {args.repeats}")
+    print(f"GRPO update        {r['ours']:8.1f} tok/s  {r['ours_seconds']:6.1f} s for the batch")
+    print(f"plain fwd+bwd      {r['plain']:8.1f} tok/s  {r['plain_seconds']:6.1f} s for the batch")
+    speedup = r["plain_seconds"] / r["ours_seconds"]
+    summary = (f"training: ours {r['ours']:.0f} tok/s, plain forward+backward {r['plain']:.0f} tok/s, ratio {ratio:.2f}; "
+               f"same batch ours {r['ours_seconds']:.1f} s, plain {r['plain_seconds']:.1f} s, {speedup:.1f}x faster")
+    result = {**r, "ratio": ratio, "batch_speedup": speedup}
     if not args.no_node:
         peak, secs = node_peak_memory(args.node_rounds)
         print(f"node peak memory   {peak:8.2f} GB over {args.node_rounds} round(s), {secs:.0f} s (process + children)")
