@@ -313,7 +313,9 @@ def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig
     # a forward is ~1/3 of a step; checkpointing runs each step's forward twice
     per_step = 4 / 3 if config.train.gradient_checkpointing else 1.0
     passes = config.train.steps_per_round * per_step + (1 / 3 if config.train.kl_beta > 0 else 0)
-    trained = int((r.local_groups + external) * s.group_size * (PROMPT_TOKENS + s.max_new_tokens) * passes)
+    # packed prompts: a group's prompt is processed once, not once per completion
+    prompt = PROMPT_TOKENS if config.train.pack_prompts else PROMPT_TOKENS * s.group_size
+    trained = int((r.local_groups + external) * (prompt + s.group_size * s.max_new_tokens) * passes)
     return RoundEstimate(r.local_groups * s.group_size * s.max_new_tokens, trained, sample_anchor * scale, train_tok_s)
 
 

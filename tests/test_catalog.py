@@ -23,8 +23,10 @@ from sapo_core.hardware import HardwareProfile
 CAT = load_catalogue()
 # The settings the hand-computed figures below were worked out for (the defaults have since moved
 # to micro-batch 4 with gradient checkpointing, tested on their own).
+# unpacked prompts: every completion's row carries its prompt (the arithmetic below, by hand)
 CFG = NodeConfig().replace(**{"train.micro_batch_size": 8, "train.gradient_checkpointing": False,
-                              "train.logit_chunk": 1024, "sampler.quantization": "q8_0"})
+                              "train.logit_chunk": 1024, "sampler.quantization": "q8_0",
+                              "train.pack_prompts": False})
 LAPTOP_8GB = HardwareProfile.manual(cpu_cores=4, ram_gb=8, ram_available_gb=6, disk_gb=100)
 DESKTOP_16GB_GPU_8GB = HardwareProfile.manual(cpu_cores=8, ram_gb=16, ram_available_gb=12, gpu_memory_gb=8)
 WORKSTATION_64GB_GPU_24GB = HardwareProfile.manual(cpu_cores=16, ram_gb=64, ram_available_gb=56, gpu_memory_gb=24)
@@ -157,6 +159,13 @@ def test_round_time_by_hand() -> None:
     assert r.sample_seconds == pytest.approx(4096 / 410) and r.train_seconds == pytest.approx(32768 / 400)
     alone = estimate_round(CAT.embedded, LAPTOP_8GB, CFG.replace(**{"swarm.enabled": False}))
     assert alone.train_seconds == pytest.approx(r.train_seconds / 2)
+
+
+
+def test_packed_prompts_are_trained_once_per_group() -> None:
+    """(4 + 4) groups x (128 + 8 x 128) tokens x 2 steps = 18432 tokens at 400 tok/s."""
+    r = estimate_round(CAT.embedded, LAPTOP_8GB, CFG.replace(**{"train.pack_prompts": True}))
+    assert r.train_seconds == pytest.approx(18432 / 400)
 
 
 # --- the choice on fake profiles --------------------------------------------------------

@@ -116,7 +116,9 @@ def test_cli_json_has_the_profile_the_choice_and_every_verdict(tmp_path: Path) -
     assert data["ram_budget_gb"] == pytest.approx(6.4)
     ids = load_catalogue().ids()
     assert sorted(m["id"] for m in data["models"]) == sorted(ids)
-    assert data["choice"]["model"] == "smollm2-135m-instruct" and data["choice"]["micro_batch_size"] == NodeConfig().train.micro_batch_size
+    # 4 cores and packed prompts: SmolLM2-360M's round (~190 s) is under the limit
+    assert data["choice"]["model"] == "smollm2-360m-instruct"
+    assert data["choice"]["micro_batch_size"] == NodeConfig().train.micro_batch_size
     for m in data["models"]:
         assert m["status"] in ("fits", "slow", "doesn't fit") and m["reason"].startswith(m["status"])
         assert m["memory_gb"]["host"] > 0 and m["round_estimate"]["seconds"] > 0
