@@ -4,6 +4,7 @@ swarm off, so a round takes about a second and the tests exercise the process, n
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sapo_core.config import NodeConfig
@@ -15,3 +16,10 @@ def light_config(run_dir: str | Path, max_new_tokens: int = 16, **changes) -> No
             "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
             "sampler.max_new_tokens": max_new_tokens, "round.auto_scale": False, "run_dir": str(run_dir)}
     return NodeConfig().replace(**{**base, **changes})
+
+
+def light_env(tmp_path: Path, tmp_path_factory) -> dict[str, str]:
+    """A node process's environment: a fresh data directory per test, one converted-model cache
+    for the whole session."""
+    return {**os.environ, "SAPO_DATA_DIR": str(tmp_path / "data"),
+            "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache")}

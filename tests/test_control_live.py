@@ -3,7 +3,6 @@ Ctrl-C stops the node cleanly, and a node that cannot run exits with its reason.
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import subprocess
@@ -13,6 +12,8 @@ import time
 
 import pytest
 
+from lightnode import light_env
+
 START = 300
 ARGS = ["--model", "tiny-random", "--alone", "--sampler", "transformers", "--local", "1", "--group-size", "2",
         "--max-new-tokens", "12", "--quiet", "--set", "round.auto_scale=false"]
@@ -20,8 +21,7 @@ ARGS = ["--model", "tiny-random", "--alone", "--sampler", "transformers", "--loc
 
 @pytest.fixture
 def env(tmp_path, tmp_path_factory):
-    return {**os.environ, "SAPO_DATA_DIR": str(tmp_path / "data"),
-            "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache"), "PYTHONUNBUFFERED": "1"}
+    return {**light_env(tmp_path, tmp_path_factory), "PYTHONUNBUFFERED": "1"}
 
 
 def sapo_node(*args: str, env: dict[str, str]) -> subprocess.Popen:

@@ -14,7 +14,7 @@ from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.supervisor import NodeSupervisor
 
-from lightnode import light_config
+from lightnode import light_config, light_env
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="kills nodes with POSIX signals")
 
@@ -23,8 +23,7 @@ START = 300
 
 @pytest.fixture
 def env(tmp_path, tmp_path_factory):
-    return {**os.environ, "SAPO_DATA_DIR": str(tmp_path / "data"),
-            "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache")}
+    return light_env(tmp_path, tmp_path_factory)
 
 
 def tiny(tmp_path, **changes) -> NodeConfig:

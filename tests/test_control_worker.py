@@ -17,7 +17,7 @@ from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
 from sapo_core.store import STORE_NAME, RunStore
 
-from lightnode import light_config
+from lightnode import light_config, light_env
 
 START = 300  # seconds a node may take to come up on a loaded 2-core machine
 ROUND = 120
@@ -30,9 +30,7 @@ def tiny(run_dir: Path, **changes) -> NodeConfig:
 
 @pytest.fixture
 def env(tmp_path, tmp_path_factory):
-    # one converted-tokenizer cache for the whole session; a fresh data directory per test
-    return {**os.environ, "SAPO_DATA_DIR": str(tmp_path / "data"),
-            "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache")}
+    return light_env(tmp_path, tmp_path_factory)
 
 
 def stored_rounds(run_dir: Path) -> list[int]:
