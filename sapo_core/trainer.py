@@ -95,50 +95,44 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
     for i, s in enumerate(seqs):
         by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
     rows: list[list[tuple[tuple[int, ...], list[int]]]] = []  # row -> [(prompt, sequence indices)]
-    used = budget + 1
+    used = 0
     for prompt, members in by_prompt.items():
         for i in members:
             c = len(seqs[i].completion_ids)
-            row = rows[-1] if rows else None
-            same_prompt = row is not None and row[-1][0] == prompt
-            need = c + (0 if same_prompt else len(prompt))
-            if row is None or used + need > budget:
+            if rows and rows[-1][-1][0] == prompt and used + c <= budget:
+                rows[-1][-1][1].append(i)  # behind its prompt, already in this row
+                used += c
+            elif rows and used + len(prompt) + c <= budget:
+                rows[-1].append((prompt, [i]))
+                used += len(prompt) + c
+            else:
                 rows.append([(prompt, [i])])
                 used = len(prompt) + c
-            elif same_prompt:
-                row[-1][1].append(i)
-                used += need
-            else:
-                row.append((prompt, [i]))
-                used += need
     out = []
     for row in rows:
         ids: list[int] = []
         pos: list[int] = []
-        spans: list[tuple[int, int, int, int]] = []  # (prompt start, prompt len, completion start, len)
-        order: list[int] = []
+        prompts: list[tuple[int, int]] = []  # (start, length)
+        spans: list[tuple[int, int, int, int, int]] = []  # (prompt start, prompt length, start, length, sequence)
         for prompt, members in row:
             a, p = len(ids), len(prompt)
+            prompts.append((a, p))
             ids.extend(prompt)
             pos.extend(range(p))
             for i in members:
                 comp = seqs[i].completion_ids
-                spans.append((a, p, len(ids), len(comp)))
-                order.append(i)
+                spans.append((a, p, len(ids), len(comp), i))
                 ids.extend(comp)
                 pos.extend(range(p, p + len(comp)))
         length = len(ids)
         allowed = torch.zeros((length, length), dtype=torch.bool)
-        causal = torch.ones((length, length), dtype=torch.bool).tril()
+        for a, p in prompts:
+            allowed[a : a + p, a : a + p] = torch.ones((p, p), dtype=torch.bool).tril()
         pred, targets, owner, slp = [], [], [], []
-        seen_prompts = set()
-        for k, (a, p, b, c) in enumerate(spans):
-            if a not in seen_prompts:
-                seen_prompts.add(a)
-                allowed[a : a + p, a : a + p] = causal[:p, :p]
+        for k, (a, p, b, c, i) in enumerate(spans):
             allowed[b : b + c, a : a + p] = True
-            allowed[b : b + c, b : b + c] = causal[:c, :c]
-            s = seqs[order[k]]
+            allowed[b : b + c, b : b + c] = torch.ones((c, c), dtype=torch.bool).tril()
+            s = seqs[i]
             pred.extend([a + p - 1] + list(range(b, b + c - 1)))  # the prompt's last token predicts the first
             targets.extend(s.completion_ids)
             owner.extend([k] * c)
@@ -149,7 +143,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
             input_ids=torch.tensor([ids], dtype=torch.long), attention=mask,
             pred_rows=torch.tensor(pred, dtype=torch.long), targets=torch.tensor(targets, dtype=torch.long),
             seq_of_token=torch.tensor(owner, dtype=torch.long),
-            advantages=torch.tensor([seqs[i].advantage for i in order], dtype=torch.float32),
+            advantages=torch.tensor([seqs[span[4]].advantage for span in spans], dtype=torch.float32),
             sample_logprobs=torch.tensor(slp, dtype=torch.float32), n_tokens=length,
             position_ids=torch.tensor([pos], dtype=torch.long),
         ))
