@@ -38,7 +38,7 @@ from sapo_core import grpo, paths
 from sapo_core.checkpoint import CheckpointState, Checkpoints
 from sapo_core.config import NodeConfig, dump_config
 from sapo_core.fsutil import atomic_write_bytes
-from sapo_core.hooks import NullHooks, RoundHooks
+from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.policy import TINY_RANDOM, Policy, load_policy
 from sapo_core.rollouts import Completion, Group
 from sapo_core.sampler import SamplerError, SamplingParams, make_fallback_sampler, make_sampler
@@ -203,14 +203,16 @@ class Node:
                     hooks.log("info", f"curriculum: {change}")
 
         # 3. share our groups with the swarm, 4. gather J verified groups from peers
+        # (neither may stop the round: a failure is counted, logged and costs this round's sharing)
         external: list[Group] = []
+        swarm_failures: dict[str, float] = {}
         if self._source is not None:
             with timer("share"):
                 hooks.progress("share", 0, 1)
-                self._source.publish(r, local)
+                self._swarm_step("publish", swarm_failures, self._source.publish, r, local)
             with timer("gather"):
                 hooks.progress("gather", 0, 1)
-                external = self._source.gather(r, shape.external, rng)
+                external = self._swarm_step("gather", swarm_failures, self._source.gather, r, shape.external, rng) or []
 
         # 5. advantages, group by group
         with timer("prepare"):
@@ -227,7 +229,8 @@ class Node:
         metrics = self._round_figures(local, external, trained_groups, samples, timer)
         metrics.update(figures)
         if self._source is not None:
-            metrics.update(self._source.stats())
+            self._swarm_step("stats", swarm_failures, lambda: metrics.update(self._source.stats()))
+            metrics.update(swarm_failures)
         with timer("save"):
             hooks.progress("save", 0, 1)
             metrics["time/round"] = time.time() - started
@@ -237,6 +240,25 @@ class Node:
         self.next_round = r + 1
         self._autoscale(metrics["time/round"])
         return metrics
+
+    # metric counting a swarm step that raised (swarm/publish_failed is taken: failed DHT stores)
+    _SWARM_FAILURE_METRIC = {"publish": "swarm/publish_raised", "gather": "swarm/gather_failed",
+                             "stats": "swarm/stats_failed"}
+
+    def _swarm_step(self, what: str, failures: dict[str, float], fn, *args):
+        """fn(*args), or None after counting it (_SWARM_FAILURE_METRIC) and logging: whatever a
+        peer sent or the network did, the round goes on (issue 10). Stopping still stops."""
+        metric = self._SWARM_FAILURE_METRIC[what]
+        failures.setdefault(metric, 0.0)
+        try:
+            return fn(*args)
+        except Interrupted:
+            raise
+        except Exception as e:
+            failures[metric] += 1.0
+            self.hooks.log("error", f"swarm: {what} failed, this round goes on without sharing: "
+                                    f"{type(e).__name__}: {e}")
+            return None
 
     def _sample(self, prompts, seeds, params):
         try:

@@ -186,3 +186,63 @@ def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir):
     again.setup()
     assert again.next_round == 3
     again.close()
+
+
+class RaisingSource(SolvedGroups):
+    """A rollout source whose gather (and optionally publish) raises, as a swarm layer with a bug
+    that a peer's bytes trigger would (issue 10)."""
+
+    def __init__(self, tasks_cfg, publish_raises: bool = False):
+        super().__init__(tasks_cfg)
+        self.publish_raises = publish_raises
+
+    def publish(self, round, groups):
+        if self.publish_raises:
+            raise ValueError("publish broke")
+        super().publish(round, groups)
+
+    def gather(self, round, want, rng):
+        raise TypeError("cannot use a bytes pattern on a string-like object")
+
+
+class LogHooks(NullHooks):
+    def __init__(self):
+        self.lines = []
+
+    def log(self, level, message):
+        self.lines.append((level, message))
+
+
+def test_a_gather_or_publish_that_raises_costs_the_round_its_sharing_not_the_round(tmp_path, data_dir):
+    cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 2})
+    hooks = LogHooks()
+    node = Node(cfg, hooks=hooks, source=RaisingSource(cfg.tasks, publish_raises=True))
+    node.setup()
+    m = node.run_round()
+    node._source.publish_raises = False
+    m2 = node.run_round()
+    node.close()
+    assert node.next_round == 3
+    assert m["swarm/gather_failed"] == 1 and m["swarm/publish_raised"] == 1 and m["groups/external"] == 0
+    assert m2["swarm/gather_failed"] == 1 and m2["swarm/publish_raised"] == 0
+    assert m["swarm/peers"] == 1.0  # the source's own figures still recorded
+    assert any(level == "error" and "gather failed" in msg and "TypeError" in msg for level, msg in hooks.lines)
+    from sapo_core.store import STORE_NAME
+
+    store = RunStore(tmp_path / "run" / STORE_NAME)
+    assert store.has_round(1) and store.has_round(2)
+    store.close()
+
+
+def test_stopping_still_stops_inside_a_gather(tmp_path, data_dir):
+    cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 1})
+
+    class StopInGather(SolvedGroups):
+        def gather(self, round, want, rng):
+            raise Interrupted()
+
+    node = Node(cfg, source=StopInGather(cfg.tasks))
+    node.setup()
+    with pytest.raises(Interrupted):
+        node.run_round()
+    node.close()

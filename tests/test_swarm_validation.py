@@ -139,3 +139,43 @@ def test_junk_never_raises(keys):
             fields[name] = bytes(blob)
         assert chain.validate(dataclasses.replace(good, **fields)) in (True, False)
     assert sum(counts.snapshot().values()) > 250
+
+
+def _signed_with_subkey(key: str, payload, signer_key, subkey_obj, expiration: float = NOW + 600) -> DHTRecord:
+    """A record its owner signed properly, but with any subkey value (a hostile peer's choice)."""
+    record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey_obj),
+                       MSGPackSerializer.dumps(payload), expiration)
+    signature = signer_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
+    return dataclasses.replace(record, value=record.value + b"[signature:" + signature + b"]")
+
+
+@pytest.mark.parametrize("case", ["str", "tuple", "list", "map", "padded", "twice", "huge"])
+def test_an_owner_signed_subkey_of_another_type_or_size_is_refused(keys, case):
+    """Issue 10: subkeys deserialising as str/tuple crashed readers; padded ones let one owner
+    store unlimited, unbounded subkeys under one key. One canonical owner tag per owner only."""
+    mallory, mkey = keys["mallory"]
+    tag = owner_tag(mkey.get_public_key().to_bytes())
+    subkey = {"str": tag.decode("latin-1"), "tuple": (tag,), "list": [tag], "map": {tag: 0},
+              "padded": tag + b" ", "twice": tag + tag, "huge": tag + b"x" * 1_500_000}[case]
+    record = _signed_with_subkey(KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id), mkey,
+                                 subkey)
+    ok, counts = _check(keys, record)
+    assert not ok and counts == {"bad_subkey": 1}
+    assert owner_peer_id(MSGPackSerializer.loads(record.subkey)) is None or case in ("padded", "twice")
+
+
+@pytest.mark.parametrize("expiration", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_expiration_is_refused_and_counted(keys, expiration):
+    mallory, mkey = keys["mallory"]
+    record = _dht_record(KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id), mkey,
+                         expiration=expiration)
+    ok, counts = _check(keys, record)
+    assert not ok and counts == {"bad_expiration": 1}
+    schema_counts = ReasonCounter()
+    assert not SwarmSchemaValidator(KS, schema_counts, clock=lambda: NOW).validate(record)
+    assert schema_counts.snapshot() == {"bad_expiration": 1}
+
+
+@pytest.mark.parametrize("subkey", ["text", ("t",), 5, None, b"", b"x" * 5000, [b"[owner:a]"]])
+def test_owner_peer_id_of_anything_is_none(subkey):
+    assert owner_peer_id(subkey) is None

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from sapo_core.config import SwarmConfig
-from sapo_core.hooks import NullHooks, RoundHooks
+from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.rollouts import Group
 from sapo_core.swarm.identity import KEY_FILE_NAME, NodeIdentity, load_or_create_identity, node_name
 from sapo_core.swarm.keys import KeySpace
@@ -148,9 +148,22 @@ class DhtRolloutSource:
         f["publish_s"] += time.perf_counter() - started
 
     def gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
+        """Never raises for anything peers send (issue 10): a failure inside is counted as
+        `swarm/gather_errors`, logged, and costs this round its external groups."""
         self._begin(round)
         if want <= 0:
             return []
+        try:
+            return self._gather(round, want, rng)
+        except Interrupted:
+            raise
+        except Exception as e:
+            self._figures["gather_errors"] += 1
+            self.hooks.log("error", f"swarm: gather failed, training on local groups only: "
+                                    f"{type(e).__name__}: {e}")
+            return []
+
+    def _gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
         started = time.perf_counter()
         deadline = started + self.cfg.gather_timeout
         f = self._figures
@@ -173,7 +186,7 @@ class DhtRolloutSource:
         for i, entry in enumerate(chosen):
             self.hooks.checkpoint()
             self.hooks.progress("gather", i, len(chosen), peer=node_name(entry.peer_id))
-            pool.extend(self._verify_peer_record(entry, found.get(keys[entry.peer_id], {})))
+            pool.extend(self._verify_peer_record_guarded(entry, found.get(keys[entry.peer_id], {})))
         f["verify_s"] += time.perf_counter() - verify_started
         out = sample_groups(pool, want, rng)
         for g in out:
@@ -281,14 +294,19 @@ class DhtRolloutSource:
                 break
             f["index_keys"] += len(keys)
             for key, values in found.items():
+                if key not in keys:
+                    continue
                 window, shard = keys[key]
-                for payload, expiration in values.values():
+                for payload, expiration in _values_of(values):
                     f["bytes_in"] += len(payload)
                     f["index_entries"] += 1
                     try:
                         entry = decode_index(payload, self.cfg.swarm_name)
                     except RecordError as e:  # the DHT validated it already: only a broken peer gets here
                         f[f"rejected/index_{e.reason}"] += 1
+                        continue
+                    except Exception:  # decode_index raises only RecordError; a peer's bytes never crash us
+                        f["rejected/index_malformed"] += 1
                         continue
                     if entry.window != window or entry.shard != shard:
                         f["rejected/index_wrong_key"] += 1
@@ -330,12 +348,27 @@ class DhtRolloutSource:
         rest = trusted[limit - explore:] + unknown[explore:] + stale
         return (first + rest)[:limit]
 
-    def _verify_peer_record(self, entry: IndexEntry, values: dict[bytes, tuple[bytes, float]]) -> list[Group]:
+    def _verify_peer_record_guarded(self, entry: IndexEntry, values: Any) -> list[Group]:
+        """`_verify_peer_record`, and a strike instead of an exception if anything in it breaks on
+        what this peer sent (a bug of ours that a peer's bytes trigger must not stop the round)."""
+        try:
+            return self._verify_peer_record(entry, values)
+        except Interrupted:
+            raise
+        except Exception as e:
+            self._figures["verify_errors"] += 1
+            self.reputation.observe(entry.peer_id, Counter({"verify_error": 1}), True)
+            self.hooks.log("warning", f"swarm: verifying peer {node_name(entry.peer_id)}'s record failed "
+                                      f"({type(e).__name__}: {e}); its record is dropped")
+            return []
+
+    def _verify_peer_record(self, entry: IndexEntry, values: Any) -> list[Group]:
         from sapo_core.swarm.validation import owner_peer_id
 
         f = self._figures
         peer = entry.peer_id
-        payload = next((v for sub, (v, _) in values.items() if owner_peer_id(sub) == peer), None)
+        payload = next((v for sub, (v, _) in _values_of(values, with_subkeys=True) if owner_peer_id(sub) == peer),
+                       None)
         if payload is None:
             f["records_missing"] += 1
             return []
@@ -363,6 +396,24 @@ class DhtRolloutSource:
             self.hooks.log("warning", f"swarm: peer {node_name(peer)} sent junk: "
                                       + ", ".join(f"{n} {r}" for r, n in sorted(rejected.items())))
         return accepted
+
+
+def _values_of(values: Any, with_subkeys: bool = False) -> list:
+    """The (payload, expiration) pairs of one key's values as a get returned them (subkey ->
+    (payload, expiration)), keeping only well-typed ones: bytes payloads, finite expirations.
+    With `with_subkeys`, (subkey, (payload, expiration)) pairs. Never raises."""
+    out: list = []
+    if not isinstance(values, dict):
+        return out
+    for sub, item in values.items():
+        if not (isinstance(item, tuple) and len(item) == 2):
+            continue
+        payload, expiration = item
+        if not isinstance(payload, (bytes, bytearray)) or not isinstance(expiration, (int, float)) \
+                or isinstance(expiration, bool) or not math.isfinite(expiration):
+            continue
+        out.append((sub, (payload, expiration)) if with_subkeys else (payload, expiration))
+    return out
 
 
 def open_swarm(cfg: SwarmConfig, tasks: QuestionSource, identity_dir: Path,

@@ -12,17 +12,25 @@ the signature), then the schema. A record that fails is simply not stored / not 
   swarm and protocol; the payload's window/peer/shard must hash to the very DHT key it is
   stored under (a record cannot be replayed under another key); the owner's peer id must be
   the payload's peer id (no one publishes in another peer's name); the window must be
-  current and the expiration not far in the future (no immortal values on storage nodes).
+  current and the expiration finite and not far in the future (no immortal values on storage
+  nodes; a NaN expiration would be stored and later break hivemind's callbacks).
+
+The owner subkey must deserialise as msgpack bin holding exactly one owner tag and nothing
+else, canonically encoded (`bad_subkey` otherwise): a str, tuple or any other type would
+reach readers as that type; padding around the tag would let one owner store unlimited,
+unbounded subkeys under one key; and readers re-serialise a dictionary's subkeys before they
+check signatures, so one non-canonical subkey would make them drop every value under its key. So each owner has exactly one subkey per key, at most `MAX_SUBKEY_BYTES` long.
 
 Validators return False and count the reason; they never raise into hivemind's loop.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections import Counter
-from typing import Callable
+from typing import Any, Callable
 
 import msgpack
 from hivemind.dht.crypto import RSASignatureValidator
@@ -35,6 +43,9 @@ from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import MAX_RECORD_BYTES, IndexEntry, Record, RecordError, decode_any
 
 _OWNER_RE = re.compile(RSASignatureValidator.PUBLIC_KEY_REGEX)
+# An owner tag holds an ssh-format RSA public key (~400 bytes for 2048 bits); 1 KiB leaves room
+# for 4096-bit keys and nothing else.
+MAX_SUBKEY_BYTES = 1024
 
 
 class ReasonCounter:
@@ -58,15 +69,39 @@ def owner_tag(ssh_public_key: bytes) -> bytes:
     return RSASignatureValidator.PUBLIC_KEY_FORMAT.replace(b"_key_", ssh_public_key)
 
 
-def owner_peer_id(subkey_bytes: bytes) -> str | None:
-    """Peer id of the single owner named in a (serialised) subkey, or None."""
-    keys = set(_OWNER_RE.findall(subkey_bytes or b""))
-    if len(keys) != 1:
+def owner_peer_id(subkey: Any) -> str | None:
+    """Peer id of the single owner named in a subkey (serialised, or as a get returns it), or
+    None. Anything but bytes of a bounded size is None: subkeys come from peers and
+    deserialise as whatever msgpack type the peer chose."""
+    if not isinstance(subkey, (bytes, bytearray)) or not subkey or len(subkey) > MAX_SUBKEY_BYTES + 16:
         return None
     try:
+        keys = set(_OWNER_RE.findall(bytes(subkey)))
+        if len(keys) != 1:
+            return None
         return peer_id_of_ssh_key(keys.pop())
     except Exception:  # cryptography raises several types on junk keys
         return None
+
+
+def subkey_is_owner_tag(serialised_subkey: Any) -> bool:
+    """The serialised subkey is a msgpack bin holding exactly one owner tag, nothing around it."""
+    if not isinstance(serialised_subkey, (bytes, bytearray)) or len(serialised_subkey) > MAX_SUBKEY_BYTES + 16:
+        return False
+    try:
+        inner = msgpack.unpackb(bytes(serialised_subkey), raw=True, max_bin_len=MAX_SUBKEY_BYTES, max_str_len=0,
+                                max_array_len=0, max_map_len=0, max_ext_len=0)
+    except Exception:  # wrong type, too long, trailing bytes: all the same to us
+        return False
+    if not isinstance(inner, bytes) or msgpack.packb(inner, use_bin_type=True) != serialised_subkey:
+        return False  # not canonical: readers re-serialise subkeys, fail the signature and drop the whole key
+    keys = _OWNER_RE.findall(inner)
+    return len(keys) == 1 and inner == owner_tag(keys[0])
+
+
+def expiration_ok(expiration: Any) -> bool:
+    """A finite number (NaN and inf pass every `<`/`>` test hivemind makes, and break it later)."""
+    return isinstance(expiration, (int, float)) and not isinstance(expiration, bool) and math.isfinite(expiration)
 
 
 class OwnedSignatureValidator(RSASignatureValidator):
@@ -78,8 +113,14 @@ class OwnedSignatureValidator(RSASignatureValidator):
 
     def validate(self, record: DHTRecord) -> bool:
         try:
-            if not _OWNER_RE.search(record.subkey or b""):
+            if not isinstance(record.subkey, (bytes, bytearray)) or not _OWNER_RE.search(record.subkey):
                 self._counts.add("unsigned")
+                return False
+            if not subkey_is_owner_tag(record.subkey):
+                self._counts.add("bad_subkey")
+                return False
+            if not expiration_ok(record.expiration_time):
+                self._counts.add("bad_expiration")
                 return False
             if super().validate(record):
                 return True
@@ -115,6 +156,8 @@ class SwarmSchemaValidator(RecordValidatorBase):
         return False
 
     def _check(self, record: DHTRecord) -> str | None:
+        if not expiration_ok(record.expiration_time):
+            return "bad_expiration"
         payload = _unwrap_bin(record.value)
         decoded = decode_any(payload, self.keyspace.swarm_name)
         now = self._clock()
