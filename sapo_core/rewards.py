@@ -43,14 +43,77 @@ def register(name: str) -> Callable[[RewardFn], RewardFn]:
 
 
 # --- answer extraction ------------------------------------------------------------------
+#
+# Completions come from peers, so every function here runs in time linear in the text (issue
+# 10: the regexes this replaces were quadratic on a run of spaces after "answer" and on a long
+# run of digits): regexes only for fixed literals and single-pass scans, the rest by hand.
 
-_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_ANSWER_WORD = re.compile(r"\banswer\b", re.IGNORECASE)
+_IS_WORD = re.compile(r"is\b", re.IGNORECASE)
+_TAG_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+_TAG_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 _BOXED = re.compile(r"\\boxed\s*\{")
-# "Answer: x", "**Final answer:** x", "The answer is x", "answer = x" -- the last one counts.
-_MARKER = re.compile(r"\banswer\b[ \t]*(?:\*\*|__)?[ \t]*(?:is\b[ \t]*:?|[:：=])[ \t]*(?:\*\*|__)?", re.IGNORECASE)
 _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _WRAPPERS = ("__", '"', "'", "$")
 _TEXT_CMD = re.compile(r"^\\(?:text|textbf|mathrm)\{(.*)\}$", re.DOTALL)
+_BLANKS = " \t"
+
+
+def _skip(text: str, i: int, chars: str = _BLANKS) -> int:
+    while i < len(text) and text[i] in chars:
+        i += 1
+    return i
+
+
+def _skip_emphasis(text: str, i: int) -> int:
+    return i + 2 if text.startswith(("**", "__"), i) else i
+
+
+def _marker_end(text: str, i: int) -> int | None:
+    """Where an answer marker that starts with the word 'answer' ending at `i` ends, or None.
+
+    The grammar (what the old regex said): answer [ \t]* (**|__)? [ \t]* (is\b [ \t]* :? | [:：=])
+    [ \t]* (**|__)?. Scanned greedily once: each optional part can only be taken one way."""
+    i = _skip(text, _skip_emphasis(text, _skip(text, i)))
+    if i < len(text) and text[i] in ":：=":
+        i += 1
+    else:
+        m = _IS_WORD.match(text, i)
+        if m is None:
+            return None
+        i = _skip(text, m.end())
+        if i < len(text) and text[i] == ":":
+            i += 1
+    return _skip_emphasis(text, _skip(text, i))
+
+
+def _last_marker_end(text: str) -> int | None:
+    """End of the last 'Answer:' / 'answer is' / 'answer =' marker (the last one counts)."""
+    ends = [m.end() for m in _ANSWER_WORD.finditer(text)]
+    for start in reversed(ends):  # each check scans only up to the next non-blank: O(n) in all
+        end = _marker_end(text, start)
+        if end is not None:
+            return end
+    return None
+
+
+def _last_tag_contents(text: str) -> str | None:
+    """Contents of the last complete <answer>...</answer> (matched left to right, as findall
+    would: an opening tag takes the first closing tag after it)."""
+    opens = [m for m in _TAG_OPEN.finditer(text)]
+    closes = [m for m in _TAG_CLOSE.finditer(text)]
+    found, c = None, 0
+    pos = 0
+    for o in opens:
+        if o.start() < pos:
+            continue
+        while c < len(closes) and closes[c].start() < o.end():
+            c += 1
+        if c == len(closes):
+            break
+        found, pos = text[o.end(): closes[c].start()], closes[c].end()
+        c += 1
+    return found
 
 
 def _boxed_contents(text: str) -> str | None:
@@ -73,10 +136,10 @@ def _boxed_contents(text: str) -> str | None:
 def _after_marker(text: str) -> str | None:
     """Text after the last answer marker: the rest of its line, or when that is empty the
     block of lines below it up to a blank line (a matrix or grid answer)."""
-    matches = list(_MARKER.finditer(text))
-    if not matches:
+    end = _last_marker_end(text)
+    if end is None:
         return None
-    rest = text[matches[-1].end():]
+    rest = text[end:]
     first, _, below = rest.partition("\n")
     if first.strip():
         return first
@@ -95,12 +158,19 @@ def _last_line(text: str) -> str | None:
     return lines[-1] if lines else None
 
 
+# Longer than this after collapsing blanks, an answer is returned uncleaned: it scores 0 anyway
+# (MAX_ANSWER_CHARS), and the cleaning loop costs a copy per decoration it removes.
+_CLEAN_LIMIT = 2 * MAX_ANSWER_CHARS
+
+
 def clean_answer(answer: str) -> str:
     """Undo decoration that is never part of an answer: surrounding whitespace, markdown
     emphasis, quotes and $...$, \\text{...}, a leading '=', trailing sentence punctuation,
     thousands separators in a plain number, runs of spaces inside a line."""
     lines = [re.sub(r"[ \t]+", " ", ln.strip()) for ln in answer.strip().split("\n")]
     s = "\n".join(ln for ln in lines if ln)
+    if len(s) > _CLEAN_LIMIT:  # each pass below copies the text: bounded, as no scorer reads it anyway
+        return s
     changed = True
     while changed and s:
         before = s
@@ -125,8 +195,7 @@ def explicit_answer(text: str) -> str | None:
     \\boxed{}, else what follows the last 'Answer:' / 'answer is'; cleaned. None otherwise."""
     if not isinstance(text, str):
         return None
-    tags = _TAG.findall(text)
-    for found in (tags[-1] if tags else None, _boxed_contents(text), _after_marker(text)):
+    for found in (_last_tag_contents(text), _boxed_contents(text), _after_marker(text)):
         if found is not None and clean_answer(found):
             return clean_answer(found)
     return None
@@ -137,9 +206,52 @@ def explicit_answer(text: str) -> str | None:
 # output, formulas, digits in any base) have none.
 _NUMBER = r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?"
 _WEEKDAY = r"\b(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b"
-ANSWER_SHAPES: dict[str, re.Pattern[str]] = {
+_FRAC = re.compile(r"\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}")  # linear: it starts at a backslash
+
+
+class FractionShape:
+    """`\\d?frac{a}{b}` or `a / b`, with `findall` as a compiled regex of the two would give,
+    in linear time: the regex `\\d+\\s*/\\s*\\d+` retries from every digit of a long run of
+    digits that is not followed by a fraction bar (quadratic). The two alternatives can never
+    overlap (a frac holds no '/' between its digits; `a / b` holds no backslash)."""
+
+    pattern = "\\d?frac{a}{b} | a/b"
+
+    def findall(self, text: str) -> list[str]:
+        found = [(m.start(), m.group()) for m in _FRAC.finditer(text)]
+        found += self._bars(text)
+        return [g for _, g in sorted(found)]
+
+    @staticmethod
+    def _bars(text: str) -> list[tuple[int, str]]:
+        # `\d` and `\s` of a str regex are str.isdecimal() and str.isspace()
+        out, i, n = [], 0, len(text)
+        while i < n:
+            if not text[i].isdecimal():
+                i += 1
+                continue
+            start = i
+            while i < n and text[i].isdecimal():
+                i += 1
+            j = i
+            while j < n and text[j].isspace():
+                j += 1
+            if j < n and text[j] == "/":
+                k = j + 1
+                while k < n and text[k].isspace():
+                    k += 1
+                end = k
+                while end < n and text[end].isdecimal():
+                    end += 1
+                if end > k:
+                    out.append((start, text[start:end]))
+                    i = end
+        return out
+
+
+ANSWER_SHAPES: dict[str, Any] = {  # each has findall(text) -> list[str]
     "number": re.compile(_NUMBER),
-    "fraction": re.compile(r"\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+"),
+    "fraction": FractionShape(),
     "weekday": re.compile(_WEEKDAY, re.IGNORECASE),
     "yes_no": re.compile(r"\b(?:Yes|No)\b", re.IGNORECASE),
 }
@@ -147,7 +259,7 @@ _CALENDAR_SHAPES = {"is_leap_year": "yes_no", "count_days": "number", "count_bus
                     "recurring_event_day": "number"}  # the other calendar tasks ask for a weekday
 
 
-def answer_shape(dataset: str, entry: Mapping[str, Any] | None = None) -> re.Pattern[str] | None:
+def answer_shape(dataset: str, entry: Mapping[str, Any] | None = None) -> Any:
     """The shape of a right answer to this question, if it has a distinctive one."""
     if dataset in ("basic_arithmetic", "decimal_arithmetic"):
         return ANSWER_SHAPES["number"]
@@ -159,7 +271,7 @@ def answer_shape(dataset: str, entry: Mapping[str, Any] | None = None) -> re.Pat
     return None
 
 
-def extract_answer(text: str, shape: re.Pattern[str] | None = None) -> str | None:
+def extract_answer(text: str, shape: Any = None) -> str | None:
     """The answer a completion gives, leniently: `explicit_answer`; else the last match of
     the answer's `shape` (see `answer_shape`) in the text; else the last non-empty line --
     or, when that line is a worked equation ('3 + 4 = 7'), what follows its last '=';

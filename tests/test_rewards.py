@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,40 @@ def test_format_reward(text, expected):
 
 def test_registry_holds_both_rewards():
     assert {"accuracy", "format"} <= set(REWARDS)
+
+
+# The regexes extraction used before issue 10 (quadratic on runs of blanks after "answer" and on
+# long digit runs): on short texts, where backtracking costs nothing, the linear scans must
+# agree with them exactly.
+_OLD_MARKER = re.compile(
+    r"\banswer\b[ \t]*(?:\*\*|__)?[ \t]*(?:is\b[ \t]*:?|[:：=])[ \t]*(?:\*\*|__)?", re.IGNORECASE)
+_OLD_FRACTION = re.compile(r"\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+")
+_OLD_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_PIECES = ["answer", "Answer", "ANSWER", " ", "\t", "**", "__", "is", "IS", "isx", ":", "：", "=", "x", "\n",
+           "1", "23", "٣", "/", " / ", "\u00a0", "\\frac{1}{2}", "\\dfrac{3}{ 4 }", "<answer>", "</answer>",
+           "<ANSWER>", "a"]
+
+
+def test_linear_extraction_agrees_with_the_old_regexes():
+    import random
+
+    from sapo_core import rewards
+
+    rng = random.Random(0)
+    for _ in range(30000):
+        t = "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 12)))
+        old = [m.end() for m in _OLD_MARKER.finditer(t)]
+        assert rewards._last_marker_end(t) == (old[-1] if old else None), t
+        assert rewards.ANSWER_SHAPES["fraction"].findall(t) == _OLD_FRACTION.findall(t), t
+        tags = _OLD_TAG.findall(t)
+        assert rewards._last_tag_contents(t) == (tags[-1] if tags else None), t
+
+
+@pytest.mark.parametrize("attack", [
+    "Answer" + " " * 20000, "1" * 20000, "<answer>" * 5000, "answer is" + " \t" * 10000, "Answer: " + "=" * 30000,
+])
+def test_peer_text_built_to_backtrack_still_extracts(attack):
+    """Issue 10's CPU attacks (20,000 spaces after an answer marker, long digit runs) give the same
+    answers as before; tests/test_swarm_attacks.py bounds their time on a real victim."""
+    for shape in (None, answer_shape("fraction_simplification"), answer_shape("basic_arithmetic")):
+        assert extract_answer(attack + "\nAnswer: 3", shape) == "3"
