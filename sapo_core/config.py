@@ -233,6 +233,17 @@ class SwarmConfig:
     ignore_minutes: float = _help("How long a peer that keeps sending junk is ignored.", 10.0)
     identity_path: str = _help(
         "RSA key file of this node (default: node.key in the data directory's identity folder).", "")
+    verify_cpu_seconds: float = _help(
+        "CPU seconds verifying one peer's record may take; a record that needs more is junk (a strike).", 1.0)
+    verify_grace_seconds: float = _help(
+        "Seconds verification may run past gather_timeout before the rest of the records are skipped.", 1.0)
+    likelihood_floor: float = _help(
+        "Peers' completions whose mean log-likelihood per token under our policy is below this (nats) are "
+        "dropped as 'unlikely': injected links and garbage preambles, not text our model would write. "
+        "Measured so >= 95 % of the embedded model's own completions pass (docs/swarm.md); 0 = off.", -4.0)
+    max_external_tokens: int = _help(
+        "Most completion tokens of peers' groups one update trains on, whole groups only (the default is "
+        "J x G x max_new_tokens at the defaults; 0 = no limit).", 4096)
 
     def __post_init__(self) -> None:
         _check(bool(self.swarm_name) and len(self.swarm_name) <= 64
@@ -263,6 +274,10 @@ class SwarmConfig:
         _check(1 <= self.join_attempts <= 20, "swarm.join_attempts", "must be 1..20")
         _check(self.strikes_to_ignore >= 1, "swarm.strikes_to_ignore", "must be at least 1")
         _check(self.ignore_minutes >= 0, "swarm.ignore_minutes", "must be >= 0")
+        _check(0 < self.verify_cpu_seconds <= 60, "swarm.verify_cpu_seconds", "must be in (0, 60]")
+        _check(0 <= self.verify_grace_seconds <= 60, "swarm.verify_grace_seconds", "must be 0..60")
+        _check(-50 <= self.likelihood_floor <= 0, "swarm.likelihood_floor", "must be -50..0 (0 = off)")
+        _check(self.max_external_tokens >= 0, "swarm.max_external_tokens", "must be >= 0 (0 = no limit)")
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,14 @@ the SAPO paper (arXiv 2509.08721) or GRPO:
 - I, J and G shrink, never below I=1, J=1, G=4, when a round takes much longer than
   round.target_round_seconds on this machine (auto_scale), and grow back when it is fast.
 - Completions that stopped by themselves are trained with their stop token, so the policy
-  learns when to stop; a peer's completion counts as stopped when it is shorter than our
-  max_new_tokens (records carry text only).
+  learns when to stop; a peer's completion gets it only when the peer says it finished and
+  we did not cut it to our max_new_tokens (record v2). Peers' completions are scored on
+  exactly the text that is trained (cut to our limit, verify.py).
+- Peers' completions our current policy finds implausible (mean log-likelihood per token
+  under swarm.likelihood_floor) are dropped as `unlikely` before advantages: a right answer
+  with an injected link or a garbage preamble is not text to imitate (issue 10). Each peer
+  group is trained at most once, and at most swarm.max_external_tokens tokens of them per
+  update.
 - The default task mix and difficulty are easy ones a 135M model can sometimes solve
   (FACTS.md: it scores ~0 on the paper's full mix), with a curriculum that raises them.
 """
@@ -98,6 +104,7 @@ class Node:
         self._sampler = None
         self._sampler_reason = ""
         self._sampler_factory = sampler_factory
+        self._receipts: list[tuple[str, int, int]] = []  # external groups trained last round
 
     # --- start-up -----------------------------------------------------------------------
     def setup(self) -> None:
@@ -135,7 +142,18 @@ class Node:
             return None
         from sapo_core.swarm.source import open_swarm
 
-        return open_swarm(self.cfg.swarm, self.tasks_for_verification(), paths.identity_dir(), self.hooks)
+        return open_swarm(self.cfg.swarm, self.tasks_for_verification(), paths.identity_dir(), self.hooks,
+                          cutter=self.completion_cutter())
+
+    def completion_cutter(self):
+        """Our tokenizer and max_new_tokens, for scoring peers' text exactly as it is trained."""
+        from sapo_core.swarm.verify import CompletionCutter
+
+        tok = self.policy.tokenizer
+        # a vocabulary entry is at least as long as the text it decodes to (byte-level BPE)
+        longest = max((len(t) for t in tok.get_vocab()), default=64)
+        return CompletionCutter(self.policy.encode_completion, self.policy.decode, self.cfg.sampler.max_new_tokens,
+                                max(1, longest))
 
     def tasks_for_verification(self) -> TaskSet:
         # the verifier regenerates peers' questions: its own seed is irrelevant there
@@ -209,14 +227,16 @@ class Node:
         if self._source is not None:
             with timer("share"):
                 hooks.progress("share", 0, 1)
-                self._swarm_step("publish", swarm_failures, self._source.publish, r, local)
+                self._swarm_step("publish", swarm_failures, self._source.publish, r, local, self._receipts)
             with timer("gather"):
                 hooks.progress("gather", 0, 1)
                 external = self._swarm_step("gather", swarm_failures, self._source.gather, r, shape.external, rng) or []
+            with timer("likelihood"):
+                external = self._drop_unlikely(external, swarm_failures)
 
         # 5. advantages, group by group
         with timer("prepare"):
-            train_seqs, trained_groups = self._training_sequences(local, prompts, external)
+            train_seqs, trained_groups = self._training_sequences(local, prompts, external, swarm_failures)
 
         # 6. update the policy, then let the sampler follow it
         with timer("update"):
@@ -243,7 +263,7 @@ class Node:
 
     # metric counting a swarm step that raised (swarm/publish_failed is taken: failed DHT stores)
     _SWARM_FAILURE_METRIC = {"publish": "swarm/publish_raised", "gather": "swarm/gather_failed",
-                             "stats": "swarm/stats_failed"}
+                             "stats": "swarm/stats_failed", "reject": "swarm/reject_failed"}
 
     def _swarm_step(self, what: str, failures: dict[str, float], fn, *args):
         """fn(*args), or None after counting it (_SWARM_FAILURE_METRIC) and logging: whatever a
@@ -271,8 +291,54 @@ class Node:
             self._sampler_reason = f"transformers (fallback after: {e})"
             return self._sampler.sample(prompts, seeds, params, self.hooks)
 
-    def _training_sequences(self, local: list[Group], prompts: list[list[int]], external: list[Group]):
-        policy, max_new = self.policy, self.cfg.sampler.max_new_tokens
+    def _external_ids(self, c: Completion) -> list[int]:
+        """A peer's completion as we train it: our token ids of exactly the text we scored (the
+        source cut it to our max_new_tokens), with our stop token only if the peer says it
+        finished and it was not cut (record v2)."""
+        max_new = self.cfg.sampler.max_new_tokens
+        full = list(c.token_ids) if c.token_ids is not None else self.policy.encode_completion(c.text)
+        ids = full[:max_new]
+        return ids + [self.policy.tokenizer.eos_token_id] if c.finished and len(full) <= max_new else ids
+
+    def _drop_unlikely(self, external: list[Group], failures: dict[str, float]) -> list[Group]:
+        """Peers' completions under the likelihood floor dropped (counted as `unlikely`, per peer);
+        a group left with fewer than two completions or no reward spread goes whole."""
+        floor = self.cfg.swarm.likelihood_floor
+        failures.setdefault("swarm/unlikely", 0.0)
+        if not external or floor >= 0:
+            return external
+        seqs, owners = [], []
+        for gi, g in enumerate(external):
+            prompt = self.policy.encode_prompt(self.tasks.messages(g.question))
+            for c in g.completions:
+                seqs.append(TrainSequence(prompt, self._external_ids(c), 0.0))
+                owners.append(gi)
+        means = self.trainer.mean_logprobs(seqs, self.hooks)
+        by_group: dict[int, list[float]] = defaultdict(list)
+        for gi, m in zip(owners, means):
+            by_group[gi].append(m)
+        kept: list[Group] = []
+        per_peer: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # peer -> [unlikely, completions]
+        for gi, g in enumerate(external):
+            likely = [c for c, m in zip(g.completions, by_group[gi]) if not m < floor]  # NaN: no tokens, kept
+            dropped = len(g.completions) - len(likely)
+            per_peer[g.source][0] += dropped
+            per_peer[g.source][1] += len(g.completions)
+            failures["swarm/unlikely"] += dropped
+            if dropped:
+                g = Group(g.question, likely, source=g.source, round=g.round, index=g.index)
+            if len(g.completions) >= 2 and g.has_signal():
+                kept.append(g)
+            else:
+                failures["swarm/unlikely_groups"] = failures.get("swarm/unlikely_groups", 0.0) + 1
+        for peer, (bad, total) in per_peer.items():
+            if bad:  # a few honest completions fall under the floor too: a strike only for mostly-unlikely
+                self._swarm_step("reject", failures, self._source.reject, peer, "unlikely", bad, 2 * bad > total)
+        return kept
+
+    def _training_sequences(self, local: list[Group], prompts: list[list[int]], external: list[Group],
+                            failures: dict[str, float] | None = None):
+        policy = self.policy
         eos = policy.tokenizer.eos_token_id
         seqs: list[TrainSequence] = []
         trained = 0
@@ -287,17 +353,26 @@ class Node:
                 if c.finished:  # learn to stop: the stop token is part of what was sampled
                     ids, lps = ids + [eos], lps + [float("nan")]  # its sampling log-prob is not reported
                 seqs.append(TrainSequence(prompt, ids, a, lps if c.sample_logprobs is not None else None))
+        budget = self.cfg.swarm.max_external_tokens or float("inf")
+        receipts: list[tuple[str, int, int]] = []
         for g in external:
             adv = grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()
             if skip_flat and not g.has_signal():
                 continue
+            # re-tokenised with our tokenizer, as if our policy had written it (paper §3)
+            ids = [self._external_ids(c) for c in g.completions]
+            tokens = sum(len(x) for x in ids)
+            if tokens > budget:  # whole groups only: a group's advantages need all of it
+                if failures is not None:
+                    failures["swarm/external_tokens_capped"] = failures.get("swarm/external_tokens_capped", 0) + 1
+                continue
+            budget -= tokens
             trained += 1
+            receipts.append((g.source, g.round, g.index))
             prompt = policy.encode_prompt(self.tasks.messages(g.question))
-            for c, a in zip(g.completions, adv):
-                # re-tokenised with our tokenizer, as if our policy had written it (paper §3); one
-                # shorter than our own limit ended by itself, so it ends with our stop token
-                ids = policy.encode_completion(c.text)[:max_new]
-                seqs.append(TrainSequence(prompt, ids + [eos] if len(ids) < max_new else ids, a, None))
+            for x, a in zip(ids, adv):
+                seqs.append(TrainSequence(prompt, x, a, None))
+        self._receipts = receipts  # published with next round's record
         return seqs, trained
 
     def _round_figures(self, local, external, trained_groups, samples, timer) -> dict[str, float]:

@@ -38,7 +38,7 @@ class Completion:
     """One sampled answer. Token ids and sampling log-probs exist only for our own samples."""
 
     text: str
-    token_ids: list[int] | None = None
+    token_ids: list[int] | None = None  # ours; for a peer's: our tokenizer's ids of exactly the scored text
     sample_logprobs: list[float] | None = None  # the sampler's log-prob of each token
     finished: bool = True  # ended at EOS (False: cut at max_new_tokens)
     reward: float = 0.0
@@ -52,6 +52,7 @@ class Group:
     completions: list[Completion]
     source: str = "local"  # "local" or the peer's id
     round: int = 0  # the producer's round number
+    index: int = 0  # the group's position in its producer's record (names it in receipts)
 
     @property
     def rewards(self) -> list[float]:

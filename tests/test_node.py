@@ -22,6 +22,7 @@ def tiny_config(run_dir, **changes) -> NodeConfig:
         "run_dir": str(run_dir), "model.name": "tiny-random", "swarm.enabled": False,
         "round.local_groups": 2, "round.external_groups": 0, "sampler.group_size": 4,
         "sampler.max_new_tokens": 12, "train.learning_rate": 1e-2,
+        "swarm.likelihood_floor": 0.0,  # random weights find all text implausible; the floor is tested apart
     }
     base.update(changes)
     return NodeConfig().replace(**base)
@@ -36,9 +37,11 @@ class SolvedGroups:
     def __init__(self, tasks_cfg):
         self.tasks = TaskSet(tasks_cfg, seed=99)
         self.published = []
+        self.receipts = []
 
-    def publish(self, round, groups):
+    def publish(self, round, groups, receipts=()):
         self.published.append((round, len(groups)))
+        self.receipts.append(list(receipts))
 
     def gather(self, round, want, rng):
         out = []
@@ -47,7 +50,7 @@ class SolvedGroups:
             comps = [Completion(text=t) for t in texts]
             for c, r in zip(comps, self.tasks.score(q, texts)):
                 c.reward = r
-            out.append(Group(question=q, completions=comps, source="peer-x", round=round))
+            out.append(Group(question=q, completions=comps, source="peer-x", round=round, index=len(out)))
         return out
 
     def stats(self):
@@ -77,6 +80,8 @@ def test_rounds_are_recorded_and_resume_where_they_stopped(tmp_path, data_dir):
         assert key in m1 and key in m2, key
     assert m1["groups/local"] == 2 and m1["groups/external"] == 1 and m1["groups/trained"] >= 1
     assert source.published == [(1, 2), (2, 2)]
+    # each round publishes receipts of the peer groups the round before trained on
+    assert source.receipts[0] == [] and source.receipts[1] == [("peer-x", 1, 0)]
     assert m1["train/steps"] == 2
     assert any(not torch.equal(before[k], after[k]) for k in before)
     store = RunStore(tmp_path / "run" / "rounds.sqlite")
@@ -196,10 +201,10 @@ class RaisingSource(SolvedGroups):
         super().__init__(tasks_cfg)
         self.publish_raises = publish_raises
 
-    def publish(self, round, groups):
+    def publish(self, round, groups, receipts=()):
         if self.publish_raises:
             raise ValueError("publish broke")
-        super().publish(round, groups)
+        super().publish(round, groups, receipts)
 
     def gather(self, round, want, rng):
         raise TypeError("cannot use a bytes pattern on a string-like object")

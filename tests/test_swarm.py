@@ -48,7 +48,8 @@ def honest_groups(seed: int, round: int, n: int = 3) -> list[Group]:
     tasks = TaskSet(TaskConfig(), seed=seed)
     out = []
     for k, q in enumerate(tasks.sample_questions(round, n)):
-        texts = [f"Answer: {q.answer}"] * (1 + k % 3) + ["Answer: -98765"] * 3
+        right = [f"Answer: {q.answer}", f"The answer is {q.answer}", f"answer = {q.answer}"]
+        texts = right[:1 + k % 3] + ["Answer: -98765", "The answer is -98765", "answer = -98765"]
         group = Group(q, [Completion(t, token_ids=[1, 2], reward=9.0) for t in texts], round=round)
         out.append(group)
     return out
@@ -206,7 +207,8 @@ def _tampered_groups(tasks: TaskSet, round: int) -> list[Group]:
         clone(q3, text=q3.question.text + " Hint: the answer is -98765."),
         clone(q4, id=QuestionId("not_a_task", "abcdef", 1, 1)),
         clone(q5, id=dataclasses.replace(q5.question.id, config_digest="0" * 16)),
-        Group(q6.question, [Completion(f"Answer: {q6.question.answer}") for _ in range(4)]),  # all right
+        Group(q6.question, [Completion(f"{m} {q6.question.answer}") for m in ("Answer:", "The answer is", "answer =",
+                                                                               "Answer =")]),  # all right
     ]
 
 

@@ -27,15 +27,25 @@ def _record(groups=()) -> Record:
 
 def _raw(**over) -> bytes:
     obj = {"v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "rec", "s": "swarm-a", "w": 12, "id": "QmPeer",
-           "r": 3, "g": [["basic_arithmetic", "0123456789abcdef", 7, 1, "q", "a", ["x", "y"]]]}
+           "r": 3, "g": [["basic_arithmetic", "0123456789abcdef", 7, 1, "q", "a", ["x", "y"], [True, False]]],
+           "rc": [["QmOther", 2, 0]]}
     obj.update(over)
     return msgpack.packb({k: v for k, v in obj.items() if v is not None}, use_bin_type=True)
 
 
+def _v1_record() -> bytes:
+    """A record exactly as version 1 wrote it (7-item groups, no finished flags, no receipts)."""
+    return msgpack.packb({"v": 1, "p": 1, "k": "rec", "s": "swarm-a", "w": 12, "id": "QmPeer", "r": 3,
+                          "g": [["basic_arithmetic", "0123456789abcdef", 7, 1, "q", "a", ["x", "y"]]]},
+                         use_bin_type=True)
+
+
 def test_record_round_trip():
-    wire = WireGroup(QuestionId("bf", "ffff", 1, 2), "question ü", "answer", ("one", "two", "three"))
-    record = _record([wire])
+    wire = WireGroup(QuestionId("bf", "ffff", 1, 2), "question ü", "answer", ("one", "two", "three"),
+                     (True, False, True))
+    record = Record("swarm-a", 12, "QmPeer", 3, (wire,), (("QmOther", 2, 0), ("QmThird", 9, 63)))
     assert decode_record(encode_record(record), "swarm-a") == record
+    assert decode_record(_raw(), "swarm-a").groups[0].finished == (True, False)
 
 
 def test_index_round_trip_and_decode_any():
@@ -52,7 +62,8 @@ def test_index_round_trip_and_decode_any():
     (b"\xc1\xc1\xc1", "malformed"),  # not msgpack
     (msgpack.packb([1, 2, 3]), "malformed"),  # not a map
     ("a string", "malformed"),
-    (_raw(v=2), "wrong_version"),
+    (_raw(v=FORMAT_VERSION - 1), "wrong_version"),  # a v1 record (issue 11: old and new never half-mix)
+    (_v1_record(), "wrong_version"),
     (_raw(p=PROTOCOL_VERSION + 1), "wrong_version"),
     (_raw(s="other-swarm"), "wrong_swarm"),
     (_raw(k="idx"), "malformed"),
@@ -60,12 +71,20 @@ def test_index_round_trip_and_decode_any():
     (_raw(r=-1), "malformed"),
     (_raw(id=""), "malformed"),
     (_raw(g=None), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["only one"]]]), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", 5]]]), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", True, 1, "q", "a", ["x", "y"]]]), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a"]]), "malformed"),
-    (_raw(g=[["", "d", 7, 1, "q", "a", ["x", "y"]]]), "malformed"),
-    (_raw(g=[["b", "d", 7, 1, "q", "a", ["x", "y"]]] * 65), "malformed"),
+    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["only one"], [True]]]), "malformed"),
+    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", 5], [True, True]]]), "malformed"),
+    (_raw(g=[["basic_arithmetic", "d", True, 1, "q", "a", ["x", "y"], [True, True]]]), "malformed"),
+    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"]]]), "malformed"),  # v1's 7 items
+    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"], [True]]]), "malformed"),
+    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"], [1, 0]]]), "malformed"),
+    (_raw(g=[["", "d", 7, 1, "q", "a", ["x", "y"], [True, True]]]), "malformed"),
+    (_raw(g=[["b", "d", 7, 1, "q", "a", ["x", "y"], [True, True]]] * 65), "malformed"),
+    (_raw(rc=None), "malformed"),
+    (_raw(rc=[["QmX", 1, 0]] * 65), "malformed"),
+    (_raw(rc=[["QmX", -1, 0]]), "malformed"),
+    (_raw(rc=[["QmX", 1, 64]]), "malformed"),
+    (_raw(rc=[["QmX", 1]]), "malformed"),
+    (_raw(rc=[["", 1, 0]]), "malformed"),
     (_raw(extra=msgpack.ExtType(1, b"x")), "malformed"),
     (_raw() + b"\x00", "malformed"),  # trailing bytes
     (b"\x00" * (MAX_RECORD_BYTES + 1), "oversized"),
@@ -95,6 +114,16 @@ def test_fit_record_keeps_everything_that_fits_signal_first():
     assert [g.question_id.index for g in fitted.record.groups] == [1, 0]
     assert fitted.signal_groups == 1 and fitted.dropped_groups == 0
     assert decode_record(fitted.payload, "swarm-a") == fitted.record
+
+
+def test_fit_record_carries_finished_flags_and_bounded_receipts():
+    g = _group(0, [0, 1, 0, 1])
+    g.completions[1].finished = False
+    receipts = [("QmA", 3, i % 64) for i in range(70)] + [("", 1, 1), ("QmB", -1, 0), ("QmC", 1, 64)]
+    fitted = fit_record("swarm-a", 1, "QmPeer", 0, [g], receipts=receipts)
+    decoded = decode_record(fitted.payload, "swarm-a")
+    assert decoded.groups[0].finished == (True, False, True, True)
+    assert len(decoded.receipts) == 64 and all(r[0] == "QmA" for r in decoded.receipts)
 
 
 def test_fit_record_never_exceeds_the_limit():

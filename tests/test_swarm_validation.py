@@ -40,7 +40,7 @@ def _chain(reader_key) -> tuple[CompositeValidator, ReasonCounter]:
 
 
 def _record_payload(peer: str, window: int = WINDOW, swarm: str = "swarm-a") -> bytes:
-    g = WireGroup(QuestionId("basic_arithmetic", "abcd", 1, 2), "q", "a", ("x", "y"))
+    g = WireGroup(QuestionId("basic_arithmetic", "abcd", 1, 2), "q", "a", ("x", "y"), (True, True))
     return encode_record(Record(swarm, window, peer, 0, (g,)))
 
 

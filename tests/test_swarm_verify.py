@@ -11,7 +11,9 @@ import pytest
 from sapo_core.config import TaskConfig
 from sapo_core.rollouts import Completion, Group, QuestionId
 from sapo_core.swarm.records import Record, WireGroup
-from sapo_core.swarm.verify import JUNK_REASONS, PeerReputation, sample_groups, verify_record
+from sapo_core.swarm.verify import (
+    JUNK_REASONS, CompletionCutter, PeerReputation, VerifyLimits, sample_groups, verify_record,
+)
 from sapo_core.tasks import TaskSet
 
 PEER = "QmPeer"
@@ -28,7 +30,7 @@ def question(tasks):
 
 
 def _wire(question, completions, **over) -> WireGroup:
-    wire = WireGroup(question.id, question.text, question.answer, tuple(completions))
+    wire = WireGroup(question.id, question.text, question.answer, tuple(completions), (True,) * len(completions))
     return dataclasses.replace(wire, **over)
 
 
@@ -37,7 +39,7 @@ def _record(*groups, peer: str = PEER) -> Record:
 
 
 def test_honest_group_is_accepted_and_rescored_by_us(tasks, question):
-    texts = [f"Answer: {question.answer}", "Answer: -12345", f"Answer: {question.answer}", "no idea"]
+    texts = [f"Answer: {question.answer}", "Answer: -12345", f"The answer is {question.answer}", "no idea"]
     verdict = verify_record(_record(_wire(question, texts)), tasks, PEER)
     assert not verdict.rejected
     (group,) = verdict.accepted
@@ -71,7 +73,7 @@ def test_a_wrong_answer_cannot_poison_the_scores(tasks, question):
     """rl-swarm scored peers' completions against the peer's answer; here a peer claiming its
     wrong completions are right gets the group refused, and the same completions sent with the
     true answer score 0 (the group then has no signal and is dropped)."""
-    wrong = ["Answer: -12345"] * 4
+    wrong = ["Answer: -12345", "Answer: -12345.", "The answer is -12345", "answer = -12345"]
     verdict = verify_record(_record(_wire(question, wrong, answer="-12345")), tasks, PEER)
     assert verdict.rejected == Counter({"answer_mismatch": 1})
     verdict = verify_record(_record(_wire(question, wrong)), tasks, PEER)
@@ -165,3 +167,83 @@ def test_trust_comes_from_good_groups_and_goes_with_junk():
     assert rep.is_trusted("p")
     rep.observe("p", Counter({"answer_mismatch": 1}), True, accepted=1)
     assert not rep.is_trusted("p")
+
+
+# --- issue 10: duplicates, cutting to our limit, CPU budget, the per-peer quota -------------
+
+
+def test_copies_of_one_completion_are_one_completion(tasks, question):
+    """G = 64 copies of one completion (and one wrong) used to be accepted as a 65-member group."""
+    right = f"Answer: {question.answer}"
+    verdict = verify_record(_record(_wire(question, [right] * 63 + ["Answer: -1"])), tasks, PEER)
+    (group,) = verdict.accepted
+    assert [c.text for c in group.completions] == [right, "Answer: -1"] and verdict.duplicates == 62
+    verdict = verify_record(_record(_wire(question, [right] * 64)), tasks, PEER)
+    assert verdict.accepted == [] and verdict.rejected == Counter({"duplicates": 1}) and not verdict.junk
+
+
+def test_completions_are_scored_as_cut_to_our_limit(tasks, question):
+    """A garbage preamble longer than our max_new_tokens followed by the right answer is scored
+    on what we would train (the garbage alone), and it is not 'finished' any more."""
+    words = {}
+
+    def encode(text):
+        out = []
+        for w in text.split(" "):
+            words.setdefault(w, len(words))
+            out.append(words[w])
+        return out
+
+    def decode(ids):
+        inverse = {v: k for k, v in words.items()}
+        return " ".join(inverse[i] for i in ids)
+
+    cutter = CompletionCutter(encode, decode, max_tokens=8, max_chars_per_token=16)
+    poisoned = "junk " * 40 + f"Answer: {question.answer}"
+    short = f"Answer: {question.answer}"
+    wire = _wire(question, [poisoned, short, "Answer: -1"])
+    verdict = verify_record(_record(wire), tasks, PEER, VerifyLimits(cutter=cutter))
+    (group,) = verdict.accepted
+    cut, ok, wrong = group.completions
+    assert cut.text == " ".join(["junk"] * 8) and cut.reward == 0.0 and not cut.finished
+    assert len(cut.token_ids) == 8 and cut.token_ids == encode(cut.text)
+    assert ok.reward == 1.0 and ok.finished and ok.token_ids == encode(short)
+    assert verdict.cut == 1
+
+
+def test_an_unfinished_completion_stays_unfinished(tasks, question):
+    wire = WireGroup(question.id, question.text, question.answer, (f"Answer: {question.answer}", "Answer: -1"),
+                     (False, True))
+    (group,) = verify_record(_record(wire), tasks, PEER).accepted
+    assert [c.finished for c in group.completions] == [False, True]
+
+
+def test_a_record_over_its_cpu_budget_is_junk_and_the_deadline_stops_verifying(tasks, question):
+    ticks = iter(range(1000))
+    good = _wire(question, [f"Answer: {question.answer}", "x"])
+    verdict = verify_record(_record(*[good] * 5), tasks, PEER, VerifyLimits(cpu_seconds=2.5),
+                            cpu_clock=lambda: float(next(ticks)))
+    assert len(verdict.accepted) == 2 and verdict.rejected == Counter({"cpu_budget": 3}) and verdict.junk
+    verdict = verify_record(_record(*[good] * 5), tasks, PEER, VerifyLimits(deadline=0.0), wall_clock=lambda: 1.0)
+    assert verdict.accepted == [] and verdict.rejected == Counter({"over_deadline": 5}) and not verdict.junk
+
+
+def test_no_peer_supplies_more_than_half_while_others_are_left(question):
+    def group(peer):
+        return Group(question, [Completion("a", reward=0), Completion("b", reward=1)], source=peer)
+
+    pool = [group("flooder") for _ in range(60)] + [group("p1"), group("p2")]
+    rng = random.Random(1)
+    for want in (2, 4, 5):
+        got = Counter(g.source for g in sample_groups(pool, want, rng))
+        assert got["flooder"] <= -(-want // 2) and got["p1"] + got["p2"] == min(2, want - got["flooder"])
+    assert Counter(g.source for g in sample_groups(pool[:60], 4, rng)) == {"flooder": 4}  # no one else: fill
+
+
+def test_useless_records_cost_light_strikes():
+    rep = PeerReputation(strikes_to_ignore=3, ignore_seconds=60, clock=FakeClock())
+    for i in range(5):
+        assert not rep.observe("ghost", Counter({"record_missing": 1}), False, useless=True)
+        assert rep.is_suspect("ghost")
+    assert rep.observe("ghost", Counter({"record_missing": 1}), False, useless=True)  # 6 x 0.5 = 3
+    assert rep.rejections["ghost"]["record_missing"] == 6

@@ -11,10 +11,18 @@ short `reason` that the caller counts (never another exception type). `fit_recor
 round's groups to the size limit before publishing -- groups with a learning signal first,
 whole groups dropped, never text truncated (a cut completion would score differently).
 
-Wire format (msgpack maps with short keys):
+Wire format, version 2 (msgpack maps with short keys):
   record: {v, p, k:"rec", s: swarm, w: window, id: peer id, r: round,
-           g: [[dataset, config digest, seed, index, question text, answer, [completion, ...]], ...]}
+           g: [[dataset, config digest, seed, index, question text, answer, [completion, ...],
+                [finished, ...]], ...],
+           rc: [[peer id, round, group index], ...]}
   index:  {v, p, k:"idx", s, w, sh: shard, id, r, n: groups, ns: groups with signal, b: record bytes}
+
+Version 2 (issues 10 and 11) added per completion whether it ended by itself (`finished`: a
+receiver appends its stop token only then, never to a completion the sender cut) and the
+receipts `rc`: the external groups the publisher trained on in its previous round, each named
+by (producer's peer id, producer's round, group index in that producer's record). Version 1
+payloads are refused as `wrong_version` (the key prefix changed too, see keys.py).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import msgpack
 from sapo_core.rollouts import Group, QuestionId
 from sapo_core.swarm.keys import PROTOCOL_VERSION
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAX_RECORD_BYTES = 256 * 1024  # hard limit of one round's record (the issue's figure)
 MAX_INDEX_BYTES = 1024
 MAX_GROUPS = 64
@@ -35,6 +43,7 @@ MAX_COMPLETIONS = 64  # SamplerConfig.group_size's upper bound
 MAX_TEXT_CHARS = 32 * 1024  # one question or one completion
 MAX_ANSWER_CHARS = 4096
 MAX_NAME_CHARS = 128  # dataset, config digest, swarm name, peer id
+MAX_RECEIPTS = 64  # RoundConfig.external_groups' upper bound: one round trains at most that many
 _INT64 = 2**63
 
 
@@ -55,6 +64,10 @@ class WireGroup:
     text: str
     answer: str
     completions: tuple[str, ...]
+    finished: tuple[bool, ...]  # per completion: it ended by itself (False: the sender cut it)
+
+
+Receipt = tuple[str, int, int]  # (producer's peer id, producer's round, group index in its record)
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class Record:
     peer_id: str
     round: int
     groups: tuple[WireGroup, ...]
+    receipts: tuple[Receipt, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,13 +101,15 @@ def _pack(obj: Any) -> bytes:
 
 def _wire_group(g: WireGroup) -> list:
     q = g.question_id
-    return [q.dataset, q.config_digest, q.seed, q.index, g.text, g.answer, list(g.completions)]
+    return [q.dataset, q.config_digest, q.seed, q.index, g.text, g.answer, list(g.completions),
+            [bool(f) for f in g.finished]]
 
 
 def encode_record(record: Record) -> bytes:
     return _pack({
         "v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "rec", "s": record.swarm, "w": record.window,
         "id": record.peer_id, "r": record.round, "g": [_wire_group(g) for g in record.groups],
+        "rc": [list(r) for r in record.receipts[:MAX_RECEIPTS]],
     })
 
 
@@ -107,7 +123,8 @@ def encode_index(entry: IndexEntry) -> bytes:
 
 def wire_group_of(group: Group) -> WireGroup:
     q = group.question
-    return WireGroup(q.id, q.text, q.answer, tuple(c.text for c in group.completions))
+    return WireGroup(q.id, q.text, q.answer, tuple(c.text for c in group.completions),
+                     tuple(bool(c.finished) for c in group.completions))
 
 
 @dataclass(frozen=True)
@@ -120,41 +137,45 @@ class FittedRecord:
 
 
 def fit_record(swarm: str, window: int, peer_id: str, round: int, groups: Sequence[Group],
-               max_bytes: int = MAX_RECORD_BYTES) -> FittedRecord:
+               max_bytes: int = MAX_RECORD_BYTES, receipts: Sequence[Receipt] = ()) -> FittedRecord:
     """The largest record of these groups that encodes within `max_bytes`.
 
     Groups with a learning signal go first (peers drop the others anyway); whole groups are
     added while they fit; a group too large on its own keeps the completions that fit if at
     least two do (GRPO needs two). Completions or questions over the schema's limits are left
-    out, so what we publish always decodes on the other side.
+    out, so what we publish always decodes on the other side. Receipts beyond MAX_RECEIPTS or
+    not well formed are left out too.
     """
     max_bytes = min(max_bytes, MAX_RECORD_BYTES)
+    receipts = tuple(r for r in receipts if _receipt_ok(r))[:MAX_RECEIPTS]
     ordered = sorted(groups, key=lambda g: not g.has_signal())[:MAX_GROUPS]
     dropped_groups, dropped_completions = len(groups) - len(ordered), 0
     kept: list[WireGroup] = []
     signal = 0
 
     def size(gs: list[WireGroup]) -> int:
-        return len(encode_record(Record(swarm, window, peer_id, round, tuple(gs))))
+        return len(encode_record(Record(swarm, window, peer_id, round, tuple(gs), receipts)))
 
     for group in ordered:
         wire = wire_group_of(group)
-        ok_texts = tuple(c for c in wire.completions[:MAX_COMPLETIONS] if len(c) <= MAX_TEXT_CHARS)
+        ok = [(c, f) for c, f in zip(wire.completions[:MAX_COMPLETIONS], wire.finished) if len(c) <= MAX_TEXT_CHARS]
+        ok_texts, ok_finished = tuple(c for c, _ in ok), tuple(f for _, f in ok)
         if (len(ok_texts) < 2 or len(wire.text) > MAX_TEXT_CHARS or len(wire.answer) > MAX_ANSWER_CHARS
                 or not _name_ok(wire.question_id.dataset) or not _name_ok(wire.question_id.config_digest)):
             dropped_groups += 1
             dropped_completions += len(wire.completions)
             continue
         dropped_completions += len(wire.completions) - len(ok_texts)
-        wire = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts)
+        wire = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts, ok_finished)
         if size(kept + [wire]) <= max_bytes:
             kept.append(wire)
             signal += group.has_signal()
             continue
         n = len(ok_texts)
-        while n > 2 and size(kept + [WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n])]) > max_bytes:
+        while n > 2 and size(kept + [WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n],
+                                               ok_finished[:n])]) > max_bytes:
             n -= 1
-        cut = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n])
+        cut = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n], ok_finished[:n])
         if n >= 2 and size(kept + [cut]) <= max_bytes:
             kept.append(cut)
             dropped_completions += len(ok_texts) - n
@@ -162,7 +183,7 @@ def fit_record(swarm: str, window: int, peer_id: str, round: int, groups: Sequen
         else:
             dropped_groups += 1
             dropped_completions += len(ok_texts)
-    record = Record(swarm, window, peer_id, round, tuple(kept))
+    record = Record(swarm, window, peer_id, round, tuple(kept), receipts)
     return FittedRecord(record, encode_record(record), signal, dropped_groups, dropped_completions)
 
 
@@ -213,10 +234,24 @@ def _name(obj: dict, key: str) -> str:
     return v
 
 
+def _receipt_ok(r: Any) -> bool:
+    if not isinstance(r, (list, tuple)) or len(r) != 3:
+        return False
+    peer, round, index = r
+    return (_name_ok(peer) and isinstance(round, int) and not isinstance(round, bool) and 0 <= round < _INT64
+            and isinstance(index, int) and not isinstance(index, bool) and 0 <= index < MAX_GROUPS)
+
+
+def _receipts(raw: Any) -> tuple[Receipt, ...]:
+    if not isinstance(raw, list) or len(raw) > MAX_RECEIPTS or not all(_receipt_ok(r) for r in raw):
+        raise RecordError("malformed", "receipts missing, too many or not (peer, round, group index)")
+    return tuple((p, r, i) for p, r, i in raw)
+
+
 def _group(raw: Any) -> WireGroup:
-    if not isinstance(raw, list) or len(raw) != 7:
-        raise RecordError("malformed", "a group is not a 7-item list")
-    dataset, digest, seed, index, text, answer, completions = raw
+    if not isinstance(raw, list) or len(raw) != 8:
+        raise RecordError("malformed", "a group is not an 8-item list")
+    dataset, digest, seed, index, text, answer, completions, finished = raw
     if not (_name_ok(dataset) and _name_ok(digest)):
         raise RecordError("malformed", "bad dataset or config digest")
     for v in (seed, index):
@@ -230,7 +265,10 @@ def _group(raw: Any) -> WireGroup:
         raise RecordError("malformed", "a group needs 2..64 completions")
     if not all(isinstance(c, str) and len(c) <= MAX_TEXT_CHARS for c in completions):
         raise RecordError("malformed", "bad completion")
-    return WireGroup(QuestionId(dataset, digest, seed, index), text, answer, tuple(completions))
+    if not isinstance(finished, list) or len(finished) != len(completions) \
+            or not all(isinstance(f, bool) for f in finished):
+        raise RecordError("malformed", "finished flags are not one bool per completion")
+    return WireGroup(QuestionId(dataset, digest, seed, index), text, answer, tuple(completions), tuple(finished))
 
 
 def decode_record(payload: Any, swarm: str, max_bytes: int = MAX_RECORD_BYTES) -> Record:
@@ -240,7 +278,7 @@ def decode_record(payload: Any, swarm: str, max_bytes: int = MAX_RECORD_BYTES) -
     if not isinstance(groups, list) or len(groups) > MAX_GROUPS:
         raise RecordError("malformed", "groups missing or too many")
     return Record(swarm, _int(obj, "w"), _name(obj, "id"), _int(obj, "r", 0),
-                  tuple(_group(g) for g in groups))
+                  tuple(_group(g) for g in groups), _receipts(obj.get("rc")))
 
 
 def decode_index(payload: Any, swarm: str) -> IndexEntry:

@@ -5,11 +5,17 @@
   from peers (keys.py has the key space, records.py the wire format, validation.py the DHT's
   validators, verify.py the checks on receipt, dht.py the DHT thread).
 
-A gather, step by step: list index shards of the current and previous windows (a random few
-first, the rest only while too few peers turned up); choose up to `records_per_gather`
-peers, never ourselves nor an ignored peer, preferring records not taken before; fetch their
-records; verify every group (verify.py); sample J uniformly from what passed. Everything
-that can fail on the network is bounded by `gather_timeout` and costs only its records.
+A gather, step by step: list index shards of the current and previous windows (trusted
+peers' shards first, then a random few, the rest only while too few promising peers turned
+up: struck peers and Sybils do not count); choose up to `records_per_gather` peers, never
+ourselves nor an ignored peer, trusted ones first, preferring records not used before; fetch
+their records; verify every group (verify.py: cut to our token limit, duplicates collapsed,
+re-scored, bounded in CPU time); drop groups already used once; sample J uniformly with at
+most ceil(J/2) from one peer. Everything that can fail on the network is bounded by
+`gather_timeout` (verification by `verify_grace_seconds` more) and costs only its records.
+Peers whose records are missing, hold nothing with signal or contradict their index entry
+get light strikes (verify.USELESS_REASONS), so a flood of such identities ends up ignored.
+Nothing a peer sends raises out of `gather()`.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import math
 import random
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -29,21 +35,37 @@ from sapo_core.rollouts import Group
 from sapo_core.swarm.identity import KEY_FILE_NAME, NodeIdentity, load_or_create_identity, node_name
 from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import (
-    IndexEntry, Record, RecordError, decode_index, decode_record, encode_index, encode_record, fit_record,
+    IndexEntry, Receipt, Record, RecordError, decode_index, decode_record, encode_index, encode_record, fit_record,
 )
-from sapo_core.swarm.verify import PeerReputation, QuestionSource, sample_groups, verify_record
+from sapo_core.swarm.verify import (
+    CompletionCutter, PeerReputation, QuestionSource, VerifyLimits, sample_groups, verify_record,
+)
 
 
 REPUBLISH_WINDOWS = 2  # how long a round may outlast its window and stay readable
 
 
+USED_MEMORY = 4096  # (peer, round) records whose used groups we remember
+
+
 class RolloutSource(Protocol):
-    def publish(self, round: int, groups: Sequence[Group]) -> None:
-        """Share our scored local groups of this round."""
+    def publish(self, round: int, groups: Sequence[Group], receipts: Sequence[Receipt] = ()) -> None:
+        """Share our scored local groups of this round, and the receipts of the external
+        groups we trained on last round ((peer id, peer's round, group index) each)."""
 
     def gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
-        """Up to `want` peers' groups: verified, re-scored by us, zero-advantage dropped,
-        sampled uniformly; `source` is the peer id; `token_ids` None (the node re-tokenises)."""
+        """Up to `want` peers' groups never returned before: verified, re-scored by us,
+        zero-advantage dropped, sampled uniformly; `source` is the peer id, `round`/`index`
+        name the group; `token_ids` are our tokenizer's ids of exactly the scored text when the
+        source has our tokenizer (else None: the node re-tokenises)."""
+
+    def receipts_for_us(self) -> list[tuple[str, int, int]]:
+        """Receipts naming this node in the records this round's gather fetched:
+        (receipting peer id, our round named, group index), deduplicated, non-ignored peers."""
+
+    def reject(self, peer: str, reason: str, n: int = 1, strike: bool = True) -> None:
+        """The node dropped n of this peer's gathered completions for `reason` (e.g.
+        `unlikely`): counted against the peer, and a light strike if `strike`."""
 
     def stats(self) -> dict[str, float]:
         """This round's figures, namespaced `swarm/...`, for the store row."""
@@ -56,11 +78,17 @@ class NoSwarm:
 
     node_id = "alone"
 
-    def publish(self, round: int, groups: Sequence[Group]) -> None:
+    def publish(self, round: int, groups: Sequence[Group], receipts: Sequence[Receipt] = ()) -> None:
         return None
 
     def gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
         return []
+
+    def receipts_for_us(self) -> list[tuple[str, int, int]]:
+        return []
+
+    def reject(self, peer: str, reason: str, n: int = 1, strike: bool = True) -> None:
+        return None
 
     def stats(self) -> dict[str, float]:
         return {}
@@ -73,18 +101,22 @@ class DhtRolloutSource:
     """Publishes to and gathers from the swarm's DHT (a started `SwarmDHT`)."""
 
     def __init__(self, cfg: SwarmConfig, tasks: QuestionSource, identity: NodeIdentity, dht: Any,
-                 hooks: RoundHooks | None = None, clock: Any = None) -> None:
+                 hooks: RoundHooks | None = None, clock: Any = None, cutter: CompletionCutter | None = None) -> None:
+        """`cutter`: our tokenizer and max_new_tokens, so peers' completions are scored exactly
+        as they will be trained (None: scored whole, the node re-tokenises)."""
         from hivemind.utils import get_dht_time
 
         self.cfg = cfg
-        self.tasks = tasks
+        self.tasks = _CachedQuestions(tasks)
+        self.cutter = cutter
         self.identity = identity
         self.dht = dht
         self.keyspace: KeySpace = dht.keyspace
         self.hooks = hooks or NullHooks()
         self._clock = clock or get_dht_time
         self.reputation = PeerReputation(cfg.strikes_to_ignore, cfg.ignore_minutes * 60.0)
-        self._taken: dict[str, int] = {}  # peer -> newest round whose record we already used
+        self._used: OrderedDict[tuple[str, int], set[int]] = OrderedDict()  # (peer, round) -> group indices
+        self._receipts: set[tuple[str, int, int]] = set()  # naming us, found this round
         self._round: int | None = None
         self._figures: Counter = Counter()
         self._dht_rejections_before: dict[str, int] = {}
@@ -119,15 +151,16 @@ class DhtRolloutSource:
         if round != self._round:
             self._round = round
             self._figures = Counter()
+            self._receipts = set()
             self._dht_rejections_before = self.dht.dht_rejections.snapshot()
 
-    def publish(self, round: int, groups: Sequence[Group]) -> None:
+    def publish(self, round: int, groups: Sequence[Group], receipts: Sequence[Receipt] = ()) -> None:
         self._begin(round)
         started = time.perf_counter()
         now = self._clock()
         window = self.keyspace.window_at(now)
         fitted = fit_record(self.cfg.swarm_name, window, self.node_id, round, groups,
-                            self.cfg.max_record_kib * 1024)
+                            self.cfg.max_record_kib * 1024, receipts=receipts)
         items = self._items(fitted.record, fitted.signal_groups, now)
         if fitted.dropped_groups or fitted.dropped_completions:
             self.hooks.log("info", f"swarm: record cut to {self.cfg.max_record_kib} KiB: {fitted.dropped_groups} "
@@ -141,6 +174,7 @@ class DhtRolloutSource:
             self._dht_failed(f"publishing round {round}", e)
         with self._latest_lock:
             self._latest = (fitted.record, fitted.signal_groups, window)
+        f["receipts_out"] += len(fitted.record.receipts)
         f["published"] += len(fitted.record.groups)
         f["published_signal"] += fitted.signal_groups
         f["dropped_to_fit"] += fitted.dropped_groups
@@ -182,19 +216,42 @@ class DhtRolloutSource:
             self._dht_failed("fetching peers' records", e)
         verify_started = time.perf_counter()
         f["fetch_s"] += verify_started - fetch_started
+        # verification runs after the fetch; it may outlast the gather's deadline by the grace only
+        limits = VerifyLimits(self.cutter, self.cfg.verify_cpu_seconds, deadline + self.cfg.verify_grace_seconds)
         pool: list[Group] = []
         for i, entry in enumerate(chosen):
             self.hooks.checkpoint()
             self.hooks.progress("gather", i, len(chosen), peer=node_name(entry.peer_id))
-            pool.extend(self._verify_peer_record_guarded(entry, found.get(keys[entry.peer_id], {})))
+            if time.perf_counter() > limits.deadline:
+                f["records_unverified"] += len(chosen) - i  # the gather's time is up; not their fault
+                break
+            pool.extend(self._verify_peer_record_guarded(entry, found.get(keys[entry.peer_id], {}), limits))
         f["verify_s"] += time.perf_counter() - verify_started
-        out = sample_groups(pool, want, rng)
-        for g in out:
-            self._taken[g.source] = max(self._taken.get(g.source, -1), g.round)
-        f["accepted"] += len(pool)
+        fresh = [g for g in pool if g.index not in self._used.get((g.source, g.round), ())]
+        f["reuse_avoided"] += len(pool) - len(fresh)
+        out = sample_groups(fresh, want, rng, per_peer=max(1, math.ceil(want / 2)))
+        for g in out:  # each (peer, round, group) is returned once, ever (issue 11)
+            self._used.setdefault((g.source, g.round), set()).add(g.index)
+            self._used.move_to_end((g.source, g.round))
+        while len(self._used) > USED_MEMORY:
+            self._used.popitem(last=False)
+        f["accepted"] += len(fresh)
         f["used"] += len(out)
         f["gather_s"] += time.perf_counter() - started
         return out
+
+    def receipts_for_us(self) -> list[tuple[str, int, int]]:
+        return sorted(r for r in self._receipts if not self.reputation.is_ignored(r[0]))
+
+    def reject(self, peer: str, reason: str, n: int = 1, strike: bool = True) -> None:
+        if n <= 0:
+            return
+        self._figures[f"rejected/{reason}"] += n
+        if not strike:
+            self.reputation.count(peer, Counter({reason: n}))
+        elif self.reputation.strike(peer, reason, n):
+            self.hooks.log("warning", f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
+                                      f"{self.cfg.ignore_minutes:g} min: its groups keep being {reason}")
 
     def stats(self) -> dict[str, float]:
         f = self._figures
@@ -268,20 +325,30 @@ class DhtRolloutSource:
     def _read_index(self, rng: random.Random, deadline: float) -> dict[str, tuple[IndexEntry, float]]:
         """peer -> (newest index entry, its expiration) over the current and previous windows.
 
-        Shards in a random order, in batches that double (k, k, 2k, ...) until enough usable
-        peers turned up, every peer in our routing table did, the shards run out or the
-        deadline passes.
+        Trusted peers' shards first, then the others in a random order, in batches that double
+        (k, k, 2k, ...) until enough promising peers turned up, every peer in our routing table
+        did, the shards run out or the deadline passes. Peers with strikes (Sybils sending
+        junk, ghosts, liars) do not count as found: a flood cannot end the reading early.
         """
         windows = self.keyspace.readable_windows(self._clock())
-        order = rng.sample(range(self.keyspace.shards), self.keyspace.shards)
+        first = []
+        for peer in self.reputation.trusted()[-self.cfg.records_per_gather:]:
+            for w in windows:
+                shard = self.keyspace.shard_of(peer, w)
+                if shard not in first:
+                    first.append(shard)
+        order = first + [s for s in rng.sample(range(self.keyspace.shards), self.keyspace.shards) if s not in first]
         entries: dict[str, tuple[IndexEntry, float]] = {}
         seen_peers: set[str] = set()
         f = self._figures
-        pos, size = 0, self._first_batch()
+        pos, size = 0, max(len(first), self._first_batch())
         while pos < len(order) and time.perf_counter() < deadline:
-            if len(self._usable(e for e, _ in entries.values())) >= self.cfg.records_per_gather:
+            promising = [e for e in self._usable(e for e, _ in entries.values())
+                         if not self.reputation.is_suspect(e.peer_id)]
+            if len(promising) >= self.cfg.records_per_gather:
                 break
-            if seen_peers and len(seen_peers) >= self.dht.num_peers():
+            good_seen = [p for p in seen_peers if not self.reputation.is_suspect(p)]
+            if good_seen and len(good_seen) >= self.dht.num_peers():
                 break  # every peer we know of has turned up: a small swarm has nothing more to find
             batch, pos = order[pos:pos + size], pos + size
             size = max(size, pos)  # k, k, 2k, 4k ...
@@ -317,6 +384,7 @@ class DhtRolloutSource:
                     if old is None or (entry.window, entry.round) > (old[0].window, old[0].round):
                         entries[entry.peer_id] = (entry, expiration)
         f["peers"] = len(seen_peers)
+        f["peers_suspect"] = sum(self.reputation.is_suspect(p) for p in seen_peers)
         if f["index_keys"]:
             observed = f["index_entries"] / f["index_keys"]
             old = self._entries_per_key
@@ -325,34 +393,37 @@ class DhtRolloutSource:
 
     def _usable(self, entries: Any) -> list[IndexEntry]:
         return [e for e in entries if e.peer_id != self.node_id and e.groups > 0
-                and not self.reputation.is_ignored(e.peer_id)]
+                and not self.reputation.is_ignored(e.peer_id)
+                and len(self._used.get((e.peer_id, e.round), ())) < e.groups]
 
     def _choose(self, entries: list[IndexEntry], rng: random.Random) -> list[IndexEntry]:
         """Up to records_per_gather peers whose records we fetch.
 
-        Records not taken before come first. Among them, trusted peers (earlier records gave
-        good groups) fill all but a third of the slots and the rest explore unknown peers, those
-        claiming signal first; leftover slots take whatever remains. A flood of fresh
-        identities can take the exploring slots, never the trusted ones.
+        Records none of whose groups we used come first. Among them, trusted peers (earlier
+        records gave good groups) fill all but a third of the slots and the rest explore
+        unknown peers, unstruck ones claiming signal first; leftover slots take whatever remains
+        (partly used records last). A flood of fresh identities can take the exploring slots,
+        never the trusted ones; struck ones lose even those to unstruck newcomers.
         """
         limit = self.cfg.records_per_gather
         usable = self._usable(entries)
         rng.shuffle(usable)
-        fresh = [e for e in usable if e.round > self._taken.get(e.peer_id, -1)]
-        stale = [e for e in usable if e.round <= self._taken.get(e.peer_id, -1)]
+        fresh = [e for e in usable if (e.peer_id, e.round) not in self._used]
+        stale = [e for e in usable if (e.peer_id, e.round) in self._used]
         trusted = [e for e in fresh if self.reputation.is_trusted(e.peer_id)]
         unknown = sorted((e for e in fresh if not self.reputation.is_trusted(e.peer_id)),
-                         key=lambda e: e.signal_groups == 0)  # stable: the shuffle stays within each
+                         key=lambda e: (self.reputation.is_suspect(e.peer_id), e.signal_groups == 0))
         explore = max(1, limit // 3)
         first = trusted[:limit - explore] + unknown[:explore]
         rest = trusted[limit - explore:] + unknown[explore:] + stale
         return (first + rest)[:limit]
 
-    def _verify_peer_record_guarded(self, entry: IndexEntry, values: Any) -> list[Group]:
+    def _verify_peer_record_guarded(self, entry: IndexEntry, values: Any,
+                                    limits: VerifyLimits = VerifyLimits()) -> list[Group]:
         """`_verify_peer_record`, and a strike instead of an exception if anything in it breaks on
         what this peer sent (a bug of ours that a peer's bytes trigger must not stop the round)."""
         try:
-            return self._verify_peer_record(entry, values)
+            return self._verify_peer_record(entry, values, limits)
         except Interrupted:
             raise
         except Exception as e:
@@ -362,40 +433,98 @@ class DhtRolloutSource:
                                       f"({type(e).__name__}: {e}); its record is dropped")
             return []
 
-    def _verify_peer_record(self, entry: IndexEntry, values: Any) -> list[Group]:
+    def _verify_peer_record(self, entry: IndexEntry, values: Any, limits: VerifyLimits = VerifyLimits()) -> list[Group]:
         from sapo_core.swarm.validation import owner_peer_id
 
         f = self._figures
         peer = entry.peer_id
         payload = next((v for sub, (v, _) in _values_of(values, with_subkeys=True) if owner_peer_id(sub) == peer),
                        None)
-        if payload is None:
-            f["records_missing"] += 1
-            return []
-        f["records"] += 1
-        f["bytes_in"] += len(payload)
         rejected: Counter = Counter()
-        try:
-            record = decode_record(payload, self.cfg.swarm_name)
-            if record.window != entry.window or record.peer_id != peer:
-                raise RecordError("wrong_key", "record is not the one its key names")
-        except RecordError as e:
-            rejected[e.reason] += 1
-            accepted: list[Group] = []
-            junk = True
+        accepted: list[Group] = []
+        junk = useless = False
+        if payload is None:  # an index entry naming a record that is not there: a ghost, or lost
+            f["records_missing"] += 1
+            rejected["record_missing"] += 1
+            useless = True
         else:
-            f["received"] += len(record.groups)
-            verdict = verify_record(record, self.tasks, peer)
-            rejected, accepted, junk = verdict.rejected, verdict.accepted, verdict.junk
+            f["records"] += 1
+            f["bytes_in"] += len(payload)
+            try:
+                record = decode_record(payload, self.cfg.swarm_name)
+                if record.window != entry.window or record.peer_id != peer:
+                    raise RecordError("wrong_key", "record is not the one its key names")
+            except RecordError as e:
+                rejected[e.reason] += 1
+                junk = True
+            else:
+                accepted, junk, useless = self._judge_record(entry, record, limits, rejected)
         for reason, n in rejected.items():
             f[f"rejected/{reason}"] += n
-        if self.reputation.observe(peer, rejected, junk, accepted=len(accepted)):
+        if self.reputation.observe(peer, rejected, junk, accepted=len(accepted), useless=useless):
             self.hooks.log("warning", f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
-                                      f"{self.cfg.ignore_minutes:g} min: it keeps sending junk")
+                                      f"{self.cfg.ignore_minutes:g} min: it keeps sending junk or nothing useful")
         elif junk:
             self.hooks.log("warning", f"swarm: peer {node_name(peer)} sent junk: "
                                       + ", ".join(f"{n} {r}" for r, n in sorted(rejected.items())))
         return accepted
+
+    def _judge_record(self, entry: IndexEntry, record: Record, limits: VerifyLimits,
+                      rejected: Counter) -> tuple[list[Group], bool, bool]:
+        """(accepted groups, junk, useless) of a decoded record; rejections added to `rejected`."""
+        f = self._figures
+        if record.round != entry.round:  # the entry says fresh, the record is an old one (issue 10)
+            rejected["wrong_round"] += 1
+            return [], False, True
+        f["received"] += len(record.groups)
+        verdict = verify_record(record, self.tasks, entry.peer_id, limits)
+        rejected.update(verdict.rejected)
+        f["completions_cut"] += verdict.cut
+        f["duplicates_collapsed"] += verdict.duplicates
+        f["verify_cpu_s"] += verdict.cpu_seconds
+        junk = verdict.junk
+        useless = False
+        if not junk and not verdict.accepted and "over_deadline" not in verdict.rejected:
+            useless = True  # nothing with signal in it (zero advantage, duplicates only...)
+            rejected["no_signal"] += 1
+        if entry.signal_groups > 2 * len(verdict.accepted) + 2 and "over_deadline" not in verdict.rejected:
+            useless = True  # its index entry promised signal the record does not hold
+            rejected["index_lied"] += 1
+        if not junk:
+            for receipt in record.receipts:
+                if receipt[0] == self.node_id:
+                    self._receipts.add((entry.peer_id, receipt[1], receipt[2]))
+        return verdict.accepted, junk, useless
+
+
+class _CachedQuestions:
+    """The verifier's TaskSet with regenerated questions remembered: a record repeating one
+    question (64 copies of a slow bf item) costs one regeneration."""
+
+    def __init__(self, tasks: QuestionSource, size: int = 512) -> None:
+        self._tasks = tasks
+        self._size = size
+        self._cache: OrderedDict[Any, Any] = OrderedDict()  # qid -> Question or the exception
+
+    def regenerate(self, qid: Any) -> Any:
+        hit = self._cache.get(qid)
+        if hit is None:
+            try:
+                hit = self._tasks.regenerate(qid)
+            except Exception as e:
+                hit = e
+            self._cache[qid] = hit
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        if isinstance(hit, Exception):
+            raise hit.with_traceback(None)
+        return hit
+
+    def score(self, question: Any, completions: Sequence[str]) -> list[float]:
+        return self._tasks.score(question, completions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tasks, name)
 
 
 def _values_of(values: Any, with_subkeys: bool = False) -> list:
@@ -417,7 +546,7 @@ def _values_of(values: Any, with_subkeys: bool = False) -> list:
 
 
 def open_swarm(cfg: SwarmConfig, tasks: QuestionSource, identity_dir: Path,
-               hooks: RoundHooks | None = None) -> RolloutSource:
+               hooks: RoundHooks | None = None, cutter: CompletionCutter | None = None) -> RolloutSource:
     """The node's rollout source: `NoSwarm` if sharing is off, else a started DHT source.
 
     Raises `SwarmError` (readable) if the DHT cannot start; a swarm without reachable peers is
@@ -435,4 +564,4 @@ def open_swarm(cfg: SwarmConfig, tasks: QuestionSource, identity_dir: Path,
     keyspace = KeySpace(cfg.swarm_name, cfg.window_seconds, cfg.shards)
     dht = SwarmDHT(cfg, identity, keyspace, ReasonCounter(), hooks.log)
     dht.start()
-    return DhtRolloutSource(cfg, tasks, identity, dht, hooks)
+    return DhtRolloutSource(cfg, tasks, identity, dht, hooks, cutter=cutter)

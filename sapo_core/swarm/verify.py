@@ -1,4 +1,4 @@
-"""Peers' groups are verified, not believed: regenerate, compare, re-score, filter, sample.
+"""Peers' groups are verified, not believed: regenerate, compare, cut, collapse, re-score, filter.
 
 For every group of a decoded peer record (records.py has already checked its shape):
 
@@ -7,15 +7,26 @@ For every group of a decoded peer record (records.py has already checked its sha
    `bad_index`);
 2. the sender's question text and answer must equal ours (`text_mismatch`,
    `answer_mismatch`): a peer cannot teach us a wrong answer or swap the question;
-3. every completion is re-scored with *our* reward functions; the sender's rewards are
-   never even sent;
-4. groups whose rewards are all equal give zero advantage and are dropped
-   (`zero_advantage`, the SAPO paper's filter, §4).
+3. every completion is cut to what we would train (issue 10/11): re-tokenised with our
+   tokenizer and cut to our `max_new_tokens`; the cut text is what gets scored and its token
+   ids travel with it, so the update sees exactly what was scored. A completion counts as
+   finished (our stop token appended when trained) only if the sender says so and we did not
+   cut it;
+4. identical completions collapse into one (`Verdict.duplicates` counts the copies): 64 copies
+   of one answer are one completion, not a group;
+5. the rest is re-scored with *our* reward functions; the sender's rewards are never sent;
+6. groups with fewer than two distinct completions (`duplicates`) or whose rewards are all
+   equal (`zero_advantage`, the SAPO paper's filter, §4) are dropped.
 
-Accepted groups carry the peer id as `source`, no token ids (the node re-tokenises them with
-its own tokenizer) and our rewards. Every rejection is counted by reason and by peer; a peer
-whose records keep holding junk is ignored for a while (`PeerReputation`). Pure: no network,
-no clock except the one passed in, nothing raised for any peer input.
+Verification is bounded (`VerifyLimits`): a record may use `cpu_seconds` of this thread's CPU
+(exceeding it rejects the rest as `cpu_budget`, which is junk: a strike), and nothing is
+verified after `deadline` (the gather's; the rest is `over_deadline`, not the peer's fault).
+Extraction in rewards.py is linear-time, so one completion's scoring is bounded too.
+
+Accepted groups carry the peer id as `source`, the producer's round and group index, our
+token ids and our rewards. Every rejection is counted by reason and by peer; a peer whose
+records keep holding junk or nothing useful is ignored for a while (`PeerReputation`). Pure:
+no network, no clock except the ones passed in, nothing raised for any peer input.
 
 Departure from the reference code (rl-swarm): it scored external completions against the
 sender's answer with the sender's choice of scorer; SAPO.md explains why that is unsafe.
@@ -23,6 +34,7 @@ sender's answer with the sender's choice of scorer; SAPO.md explains why that is
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import Counter, OrderedDict
@@ -30,14 +42,19 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
-from sapo_core.swarm.records import Record
+from sapo_core.swarm.records import MAX_TEXT_CHARS, Record
 
 # Reasons that only a broken or hostile peer produces; honest peers can produce the others
 # (a zero-advantage group, a task or difficulty level we do not run).
 JUNK_REASONS = frozenset({
     "malformed", "oversized", "wrong_version", "wrong_swarm", "wrong_key", "wrong_owner", "wrong_peer",
-    "text_mismatch", "answer_mismatch", "bad_index", "bad_score",
+    "text_mismatch", "answer_mismatch", "bad_index", "bad_score", "cpu_budget", "verify_error",
 })
+# Reasons that cost a light strike: useless rather than hostile, but what a flood is made of
+# (issue 10: ghosts whose records are missing, zero-advantage-only records, index entries that
+# lie about the record they name).
+USELESS_REASONS = frozenset({"record_missing", "no_signal", "index_lied", "wrong_round", "unlikely"})
+LIGHT_STRIKE = 0.5
 
 
 class QuestionSource(Protocol):
@@ -48,72 +65,150 @@ class QuestionSource(Protocol):
     def score(self, question: Question, completions: Sequence[str]) -> list[float]: ...
 
 
+@dataclass(frozen=True)
+class CompletionCutter:
+    """Our tokenizer and limit: `cut(text) -> (token ids, the text they decode to, was cut)`.
+
+    `max_chars` (derived from the tokenizer's longest token) bounds what is tokenised at all:
+    no text longer than max_tokens tokens of max_chars_per_token characters can fit."""
+
+    encode: Callable[[str], list[int]]
+    decode: Callable[[list[int]], str]
+    max_tokens: int
+    max_chars_per_token: int = 64
+
+    def cut(self, text: str) -> tuple[list[int], str, bool]:
+        limit = self.max_tokens * self.max_chars_per_token + 256
+        ids = self.encode(text[:limit])
+        if len(ids) <= self.max_tokens and len(text) <= limit:
+            return ids, text, False
+        ids = ids[:self.max_tokens]
+        return ids, self.decode(ids), True
+
+
+@dataclass(frozen=True)
+class VerifyLimits:
+    cutter: CompletionCutter | None = None  # None: completions are scored whole (tests, tools)
+    cpu_seconds: float = math.inf  # per record, of this thread's CPU time
+    deadline: float = math.inf  # time.perf_counter() after which nothing more is verified
+
+
 @dataclass
 class Verdict:
     accepted: list[Group] = field(default_factory=list)
     rejected: Counter = field(default_factory=Counter)  # reason -> groups
+    duplicates: int = 0  # completions collapsed into an identical one
+    cut: int = 0  # completions cut to our max_new_tokens
+    cpu_seconds: float = 0.0
 
     @property
     def junk(self) -> bool:
         return any(r in JUNK_REASONS for r in self.rejected)
 
 
-def verify_record(record: Record, tasks: QuestionSource, peer_id: str) -> Verdict:
+def verify_record(record: Record, tasks: QuestionSource, peer_id: str, limits: VerifyLimits = VerifyLimits(),
+                  cpu_clock: Callable[[], float] = time.thread_time,
+                  wall_clock: Callable[[], float] = time.perf_counter) -> Verdict:
     """Check every group of one peer's record; never raises for anything the peer sent."""
     verdict = Verdict()
     if record.peer_id != peer_id:
         verdict.rejected["wrong_peer"] += max(1, len(record.groups))
         return verdict
-    for wire in record.groups:
-        try:
-            question = tasks.regenerate(wire.question_id)
-        except ValueError as e:  # tasks.UnknownQuestion is a ValueError carrying .reason
-            verdict.rejected[getattr(e, "reason", "unknown_task")] += 1
-            continue
-        except Exception:  # a dataset generator failing on a peer's id is that id's problem
-            verdict.rejected["bad_index"] += 1
-            continue
-        if wire.text != question.text:
-            verdict.rejected["text_mismatch"] += 1
-            continue
-        if wire.answer != question.answer:
-            verdict.rejected["answer_mismatch"] += 1
-            continue
-        try:
-            rewards = [float(r) for r in tasks.score(question, list(wire.completions))]
-        except Exception:
-            rewards = []
-        if len(rewards) != len(wire.completions):
-            verdict.rejected["bad_score"] += 1
-            continue
-        group = Group(
-            question=question,
-            completions=[Completion(text=t, token_ids=None, reward=r) for t, r in zip(wire.completions, rewards)],
-            source=peer_id,
-            round=record.round,
-        )
-        if not group.has_signal():
-            verdict.rejected["zero_advantage"] += 1
-            continue
-        verdict.accepted.append(group)
+    started = cpu_clock()
+    for i, wire in enumerate(record.groups):
+        if wall_clock() > limits.deadline:
+            verdict.rejected["over_deadline"] += len(record.groups) - i
+            break
+        if cpu_clock() - started > limits.cpu_seconds:
+            verdict.rejected["cpu_budget"] += len(record.groups) - i
+            break
+        reason, group = _verify_group(wire, i, record, tasks, peer_id, limits, verdict)
+        if reason is not None:
+            verdict.rejected[reason] += 1
+        elif group is not None:
+            verdict.accepted.append(group)
+    verdict.cpu_seconds = cpu_clock() - started
     return verdict
 
 
-def sample_groups(pool: Sequence[Group], want: int, rng: random.Random) -> list[Group]:
-    """J groups uniformly without replacement from the verified pool (all of it if smaller)."""
-    return rng.sample(list(pool), min(max(want, 0), len(pool)))
+def _verify_group(wire, index: int, record: Record, tasks: QuestionSource, peer_id: str, limits: VerifyLimits,
+                  verdict: Verdict) -> tuple[str | None, Group | None]:
+    try:
+        question = tasks.regenerate(wire.question_id)
+    except ValueError as e:  # tasks.UnknownQuestion is a ValueError carrying .reason
+        return str(getattr(e, "reason", "unknown_task")), None
+    except Exception:  # a dataset generator failing on a peer's id is that id's problem
+        return "bad_index", None
+    if wire.text != question.text:
+        return "text_mismatch", None
+    if wire.answer != question.answer:
+        return "answer_mismatch", None
+    completions: list[Completion] = []
+    seen: set[str] = set()
+    for text, finished in zip(wire.completions, wire.finished):
+        ids: list[int] | None = None
+        was_cut = len(text) > MAX_TEXT_CHARS  # records.py bounds it already; kept for direct callers
+        if limits.cutter is not None:
+            ids, text, was_cut = limits.cutter.cut(text)
+        elif was_cut:
+            text = text[:MAX_TEXT_CHARS]
+        verdict.cut += was_cut
+        if text in seen:
+            verdict.duplicates += 1
+            continue
+        seen.add(text)
+        completions.append(Completion(text=text, token_ids=ids, finished=bool(finished) and not was_cut))
+    if len(completions) < 2:
+        return "duplicates", None
+    try:
+        rewards = [float(r) for r in tasks.score(question, [c.text for c in completions])]
+    except Exception:
+        rewards = []
+    if len(rewards) != len(completions) or not all(math.isfinite(r) for r in rewards):
+        return "bad_score", None
+    for c, r in zip(completions, rewards):
+        c.reward = r
+    group = Group(question=question, completions=completions, source=peer_id, round=record.round, index=index)
+    if not group.has_signal():
+        return "zero_advantage", None
+    return None, group
+
+
+def sample_groups(pool: Sequence[Group], want: int, rng: random.Random, per_peer: int | None = None) -> list[Group]:
+    """J groups uniformly without replacement from the verified pool (all of it if smaller),
+    no peer supplying more than `per_peer` of them (default ceil(J/2)) while groups of other
+    peers are left; only then does the rest of one peer's groups fill the remaining slots."""
+    want = min(max(want, 0), len(pool))
+    cap = per_peer if per_peer is not None else max(1, math.ceil(want / 2))
+    order = rng.sample(list(pool), len(pool))
+    taken: Counter = Counter()
+    out: list[Group] = []
+    rest: list[Group] = []
+    for g in order:
+        if len(out) == want:
+            break
+        if taken[g.source] < cap:
+            taken[g.source] += 1
+            out.append(g)
+        else:
+            rest.append(g)
+    out.extend(rest[:want - len(out)])
+    return out
 
 
 class PeerReputation:
-    """Strikes for junk, a time-out for repeat offenders, trust for peers that gave good
-    groups, and rejections counted per peer.
+    """Strikes for junk and for uselessness, a time-out for repeat offenders, trust for peers
+    that gave good groups, and rejections counted per peer.
 
-    A record holding any junk group is one strike; a clean record takes one away. At
+    A record holding any junk group is one strike; a useless one (its record missing, nothing
+    with signal in it, an index entry that lied about it, groups under our likelihood floor:
+    `USELESS_REASONS`) half a strike; any other record takes one away. At
     `strikes_to_ignore` strikes the peer is ignored for `ignore_seconds`, then starts again
     from zero. A clean record with at least one accepted group makes a peer trusted (until it
-    sends junk): gathers fill most of their slots from trusted peers, so a flood of fresh
-    identities (cheap to make) cannot crowd out peers that have proven useful. Memory is
-    bounded (`max_peers`, least recently seen forgotten first).
+    sends junk or nothing useful): gathers read trusted peers' index shards first and fill most
+    of their slots from them, so a flood of fresh identities (cheap to make) cannot crowd out
+    peers that have proven useful. Memory is bounded (`max_peers`, least recently seen
+    forgotten first).
     """
 
     def __init__(self, strikes_to_ignore: int = 3, ignore_seconds: float = 600.0,
@@ -122,7 +217,7 @@ class PeerReputation:
         self.ignore_seconds = ignore_seconds
         self._clock = clock
         self._max_peers = max_peers
-        self._strikes: OrderedDict[str, int] = OrderedDict()
+        self._strikes: OrderedDict[str, float] = OrderedDict()
         self._ignored_until: dict[str, float] = {}
         self._trusted: OrderedDict[str, None] = OrderedDict()
         self.rejections: OrderedDict[str, Counter] = OrderedDict()  # peer -> reason -> groups
@@ -142,20 +237,34 @@ class PeerReputation:
     def is_trusted(self, peer_id: str) -> bool:
         return peer_id in self._trusted
 
-    def observe(self, peer_id: str, rejected: Counter, junk: bool, accepted: int = 0) -> bool:
+    def trusted(self) -> list[str]:
+        return list(self._trusted)
+
+    def is_suspect(self, peer_id: str) -> bool:
+        """Struck and not yet forgiven: it does not count as a peer worth having found."""
+        return self._strikes.get(peer_id, 0.0) > 0 or self.is_ignored(peer_id)
+
+    def count(self, peer_id: str, rejected: Counter) -> None:
+        """Count rejections against a peer without judging it (e.g. groups dropped later)."""
+        if not rejected:
+            return
+        counts = self.rejections.pop(peer_id, Counter())
+        counts.update(rejected)
+        self.rejections[peer_id] = counts
+        while len(self.rejections) > self._max_peers:
+            self.rejections.popitem(last=False)
+
+    def observe(self, peer_id: str, rejected: Counter, junk: bool, accepted: int = 0,
+                useless: bool = False) -> bool:
         """Record one record's outcome; True if this peer has just been put on ignore."""
         self._trusted.pop(peer_id, None)
-        if accepted > 0 and not junk:
+        if accepted > 0 and not junk and not useless:
             self._trusted[peer_id] = None
             while len(self._trusted) > self._max_peers:
                 self._trusted.popitem(last=False)
-        if rejected:
-            counts = self.rejections.pop(peer_id, Counter())
-            counts.update(rejected)
-            self.rejections[peer_id] = counts
-            while len(self.rejections) > self._max_peers:
-                self.rejections.popitem(last=False)
-        strikes = self._strikes.pop(peer_id, 0) + (1 if junk else -1)
+        self.count(peer_id, rejected)
+        change = 1.0 if junk else LIGHT_STRIKE if useless else -1.0
+        strikes = self._strikes.pop(peer_id, 0.0) + change
         if strikes >= self.strikes_to_ignore:
             self._ignored_until[peer_id] = self._clock() + self.ignore_seconds
             return True
@@ -164,3 +273,8 @@ class PeerReputation:
             while len(self._strikes) > self._max_peers:
                 self._strikes.popitem(last=False)
         return False
+
+    def strike(self, peer_id: str, reason: str, n: int = 1) -> bool:
+        """A light strike found after verification (e.g. `unlikely` groups): counted, and the
+        peer loses its trust. True if it has just been put on ignore."""
+        return self.observe(peer_id, Counter({reason: n}), junk=reason in JUNK_REASONS, useless=True)
