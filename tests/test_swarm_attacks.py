@@ -163,3 +163,142 @@ def test_values_a_broken_storage_node_could_return_never_raise_in_the_source(wor
     for values in hostile:
         assert victim._verify_peer_record_guarded(entry, values) == [], values
     assert victim._verify_peer_record_guarded(entry, {tag: (payload, now)})  # the well-typed one passes
+
+
+# --- fuzz: signed-but-hostile values through storage, gather and verify ----------------------
+
+_ODD_VALUES = [None, True, False, 0, -1, 2**63 - 1, -2**63, 2**64 - 1, 1.5, float("nan"), float("inf"),
+               float("-inf"), "", "x", "ü" * 5000, b"", b"\x00" * 100, [], {}, [[]], {"a": [1, {"b": None}]},
+               [None] * 64, "9" * 30000]
+
+
+def _valid_record_obj(peer: str, window: int, round: int, question) -> dict:
+    from sapo_core.swarm.keys import PROTOCOL_VERSION
+    from sapo_core.swarm.records import FORMAT_VERSION
+
+    q = question
+    group = [q.id.dataset, q.id.config_digest, q.id.seed, q.id.index, q.text, q.answer,
+             [f"Answer: {q.answer}", "Answer: -1"], [True, False]]
+    return {"v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "rec", "s": SWARM, "w": window, "id": peer,
+            "r": round, "g": [group], "rc": [[peer, 1, 0]]}
+
+
+def hostile_record_payloads(peer: str, window: int, round: int, question) -> list[bytes]:
+    """Every field of a valid v2 record swapped for every odd value, every group item likewise,
+    completions of every size extreme, NaN/inf wherever a number goes, receipts of every shape."""
+    import msgpack
+
+    def pack(obj):
+        return msgpack.packb(obj, use_bin_type=True)
+
+    base = _valid_record_obj(peer, window, round, question)
+    out = [pack(base)]
+    for key in list(base) + ["extra"]:
+        for v in _ODD_VALUES:
+            out.append(pack({**base, key: v}))
+    for pos in range(8):
+        for v in _ODD_VALUES:
+            g = list(base["g"][0])
+            g[pos] = v
+            out.append(pack({**base, "g": [g]}))
+    g = base["g"][0]
+    answer = g[5]
+    extremes = [
+        [f"Answer: {answer}"] * 64,  # duplicates
+        ["", ""], ["\x00", "\udfff".encode("utf-8", "surrogatepass").decode("utf-8", "replace")],
+        ["Answer" + " " * 32000, f"Answer: {answer}"], ["1" * 32760, f"Answer: {answer}"],
+        ["<answer>" * 4000, f"Answer: {answer}"], [f"\\boxed{{{'{' * 10000}", f"Answer: {answer}"],
+        [f"Answer: {answer}" + " x" * 16000, "Answer: -1"],
+    ]
+    for comps in extremes:
+        out.append(pack({**base, "g": [g[:6] + [comps, [True] * len(comps)]]}))
+    out.append(pack({**base, "g": [g] * 64}))
+    out.append(pack({**base, "g": [g] * 65}))
+    for rc in ([[peer, float("nan"), 0]], [[peer, 1, float("inf")]], [[None, 1, 0]], [[peer, 1, 0]] * 65,
+               [[peer, 2**64 - 1, 0]], [peer], [[peer, 1, 0, 9]]):
+        out.append(pack({**base, "rc": rc}))
+    return out
+
+
+def test_fuzz_hostile_values_through_storage_validators_decode_verify_and_the_source(world, verifier):
+    """Nothing raises anywhere; no unexpected exception is even caught (verify_errors 0)."""
+    from hivemind.dht.validation import CompositeValidator
+
+    from sapo_core.swarm.records import IndexEntry, RecordError, decode_any
+    from sapo_core.swarm.validation import ReasonCounter, SwarmSchemaValidator, OwnedSignatureValidator
+    from sapo_core.swarm.verify import VerifyLimits, verify_record
+
+    victim, attacker = world["victim"], world["attacker"]
+    ks = victim.keyspace
+    now, w = _now_window(victim)
+    question = verifier.sample_questions(1, 1)[0]
+    payloads = hostile_record_payloads(attacker.node_id, w, 7, question)
+    tag = _own_tag(attacker)
+    counts = ReasonCounter()
+    chain = CompositeValidator([OwnedSignatureValidator(victim.dht._hivemind_key, counts),
+                                SwarmSchemaValidator(ks, counts)])
+    from hivemind.dht.routing import DHTID
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils import MSGPackSerializer
+    import dataclasses
+
+    key = ks.record_key(w, attacker.node_id)
+    decoded = stored = 0
+    started = time.perf_counter()
+    for payload in payloads:
+        for expiration in (now + 60, float("nan"), float("inf")):
+            record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(tag),
+                               MSGPackSerializer.dumps(payload), expiration)
+            sig = attacker.dht._hivemind_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
+            ok = chain.validate(dataclasses.replace(record, value=record.value + b"[signature:" + sig + b"]"))
+            assert ok in (True, False)
+            stored += ok
+            assert not (ok and expiration != now + 60)
+        try:
+            rec = decode_any(payload, SWARM)
+        except RecordError:
+            continue
+        decoded += 1
+        verify_record(rec, verifier, attacker.node_id, VerifyLimits(cpu_seconds=2.0))
+        entry = IndexEntry(SWARM, w, ks.shard_of(attacker.node_id, w), attacker.node_id, 7, 1, 1, len(payload))
+        victim._verify_peer_record_guarded(entry, {tag: (payload, now + 60)}, VerifyLimits(cpu_seconds=2.0))
+    took = time.perf_counter() - started
+    print(f"\nfuzz: {len(payloads)} hostile records x 3 expirations through the validator chain, "
+          f"{stored} storable, {decoded} decoded and verified, {took:.1f} s")
+    assert victim.stats().get("swarm/verify_errors", 0) == 0
+    assert stored >= 1 and decoded >= 1  # the valid base record and the extremes that are well formed
+
+
+def test_fuzz_hostile_values_over_the_network_never_raise_out_of_gather(world, verifier):
+    """A sample of the same hostile records, and subkeys of every msgpack type, sent to the victim
+    and its honest neighbour by a real attacker; gathers go on returning the honest groups."""
+    from sapo_core.swarm.records import IndexEntry, encode_index
+
+    victim, honest, attacker = world["victim"], world["honest"], world["attacker"]
+    ks = victim.keyspace
+    now, w = _now_window(victim)
+    exp = now + 120
+    question = verifier.sample_questions(2, 1)[0]
+    tag = _own_tag(attacker)
+    payloads = hostile_record_payloads(attacker.node_id, w, 300, question)
+    rng = random.Random(5)
+    sample = [payloads[0]] + rng.sample(payloads[1:], 24)
+    subkeys = [tag, tag.decode("latin-1"), (tag,), [tag], {tag: tag}, 5, None, 1.5, float("nan"), True, b"",
+               tag * 3]
+    shard = ks.shard_of(attacker.node_id, w)
+    index = encode_index(IndexEntry(SWARM, w, shard, attacker.node_id, 300, 1, 1, 100))
+    raised = []
+    for i, payload in enumerate(sample):
+        subkey = subkeys[i % len(subkeys)]
+        try:
+            _store_signed(attacker, [victim, honest], ks.record_key(w, attacker.node_id), payload, subkey, exp)
+        except Exception as e:  # hivemind may refuse to even send some (e.g. an unhashable subkey)
+            raised.append(type(e).__name__)
+        _store_signed(attacker, [victim, honest], ks.index_key(w, shard), index, tag, exp)
+    for r in range(300, 303):
+        honest.publish(r, honest_groups(70 + r, r))  # a new round each time: a group is used once
+        got = victim.gather(r, 8, random.Random(r))
+        assert honest.node_id in {g.source for g in got}, victim.stats()
+        assert victim.stats().get("swarm/gather_errors", 0) == 0 and victim.stats().get("swarm/verify_errors", 0) == 0
+    print(f"\nfuzz over the network: {len(sample)} hostile records stored by a real attacker "
+          f"({len(raised)} not even sendable), 3 gathers, no exception")
