@@ -238,9 +238,11 @@ class SwarmConfig:
     verify_grace_seconds: float = _help(
         "Seconds verification may run past gather_timeout before the rest of the records are skipped.", 1.0)
     likelihood_floor: float = _help(
-        "Peers' completions whose mean log-likelihood per token under our policy is below this (nats) are "
-        "dropped as 'unlikely': injected links and garbage preambles, not text our model would write. "
-        "Measured so >= 95 % of the embedded model's own completions pass (docs/swarm.md); 0 = off.", -4.0)
+        "Peers' completions whose mean log-likelihood per token under our policy, over their least likely "
+        "likelihood_window tokens, is below this (nats) are dropped as 'unlikely': injected links and "
+        "garbage preambles, not text our model would write. Measured so >= 95 % of the embedded model's "
+        "own completions pass (sapo-bench floor, docs/swarm.md); 0 = off.", -4.0)
+    likelihood_window: int = _help("Tokens over which the likelihood floor averages (see likelihood_floor).", 16)
     max_external_tokens: int = _help(
         "Most completion tokens of peers' groups one update trains on, whole groups only (the default is "
         "J x G x max_new_tokens at the defaults; 0 = no limit).", 4096)
@@ -277,6 +279,7 @@ class SwarmConfig:
         _check(0 < self.verify_cpu_seconds <= 60, "swarm.verify_cpu_seconds", "must be in (0, 60]")
         _check(0 <= self.verify_grace_seconds <= 60, "swarm.verify_grace_seconds", "must be 0..60")
         _check(-50 <= self.likelihood_floor <= 0, "swarm.likelihood_floor", "must be -50..0 (0 = off)")
+        _check(1 <= self.likelihood_window <= 4096, "swarm.likelihood_window", "must be 1..4096")
         _check(self.max_external_tokens >= 0, "swarm.max_external_tokens", "must be >= 0 (0 = no limit)")
 
 

@@ -50,6 +50,7 @@ from sapo_core.rollouts import Completion, Group
 from sapo_core.sampler import SamplerError, SamplingParams, make_fallback_sampler, make_sampler
 from sapo_core.store import STORE_NAME, RunStore
 from sapo_core.tasks import TaskSet
+from sapo_core.swarm.verify import likelihood_score
 from sapo_core.trainer import Trainer, TrainSequence
 
 
@@ -149,11 +150,7 @@ class Node:
         """Our tokenizer and max_new_tokens, for scoring peers' text exactly as it is trained."""
         from sapo_core.swarm.verify import CompletionCutter
 
-        tok = self.policy.tokenizer
-        # a vocabulary entry is at least as long as the text it decodes to (byte-level BPE)
-        longest = max((len(t) for t in tok.get_vocab()), default=64)
-        return CompletionCutter(self.policy.encode_completion, self.policy.decode, self.cfg.sampler.max_new_tokens,
-                                max(1, longest))
+        return CompletionCutter.for_tokenizer(self.policy.tokenizer, self.cfg.sampler.max_new_tokens)
 
     def tasks_for_verification(self) -> TaskSet:
         # the verifier regenerates peers' questions: its own seed is irrelevant there
@@ -313,9 +310,10 @@ class Node:
             for c in g.completions:
                 seqs.append(TrainSequence(prompt, self._external_ids(c), 0.0))
                 owners.append(gi)
-        means = self.trainer.mean_logprobs(seqs, self.hooks)
+        window = self.cfg.swarm.likelihood_window
+        scores = [likelihood_score(lps, window) for lps in self.trainer.completion_logprobs(seqs, self.hooks)]
         by_group: dict[int, list[float]] = defaultdict(list)
-        for gi, m in zip(owners, means):
+        for gi, m in zip(owners, scores):
             by_group[gi].append(m)
         kept: list[Group] = []
         per_peer: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # peer -> [unlikely, completions]

@@ -257,14 +257,14 @@ class Trainer:
             out["sampler/logprob_drift"] = drift_sum / drift_n
         return out
 
-    def mean_logprobs(self, seqs: list[TrainSequence], hooks: RoundHooks | None = None) -> list[float]:
-        """Mean log-likelihood per completion token of each sequence under the current policy
-        (at the sampler's temperature, as the update sees it), without gradients; NaN for an
-        empty completion. The node's likelihood floor on peers' text (issue 10) reads this.
+    def completion_logprobs(self, seqs: list[TrainSequence], hooks: RoundHooks | None = None) -> list[list[float]]:
+        """Log-likelihood of each completion token of each sequence under the current policy (at
+        the sampler's temperature, as the update sees it), without gradients. The node's
+        likelihood floor on peers' text (issue 10) reads this.
 
         The micro-batches are the update's own; each sequence's position rides in the
         `advantage` slot (unused here) to map tokens back to it."""
-        out = [float("nan")] * len(seqs)
+        out: list[list[float]] = [[] for _ in seqs]
         tagged = [TrainSequence(s.prompt_ids, s.completion_ids, float(i)) for i, s in enumerate(seqs) if s.completion_ids]
         if not tagged:
             return out
@@ -274,20 +274,15 @@ class Trainer:
             mbs = _make_packed_micro_batches(tagged, self.cfg.micro_batch_size, next(model.parameters()).dtype)
         else:
             mbs = _make_micro_batches(tagged, self.cfg.micro_batch_size, self.policy.tokenizer.pad_token_id)
-        sums = torch.zeros(len(seqs), dtype=torch.float64)
-        counts = torch.zeros(len(seqs), dtype=torch.float64)
         with torch.no_grad():
             body, head = self.policy.body(), self.policy.head_weight()
             for mb in mbs:
                 if hooks is not None:
                     hooks.checkpoint()
-                logp = self._token_logprobs(mb, body, head)  # (N,)
-                owner = mb.advantages[mb.seq_of_token].long()  # (N,) index into seqs
-                sums.index_add_(0, owner, logp.double())
-                counts.index_add_(0, owner, torch.ones_like(logp, dtype=torch.float64))
-        for i in range(len(seqs)):
-            if counts[i] > 0:
-                out[i] = float(sums[i] / counts[i])
+                logp = self._token_logprobs(mb, body, head).tolist()  # (N,) in completion order per sequence
+                owner = mb.advantages[mb.seq_of_token].long().tolist()  # (N,) index into seqs
+                for i, lp in zip(owner, logp):
+                    out[i].append(lp)
         return out
 
     # --- checkpoint state ---------------------------------------------------------------

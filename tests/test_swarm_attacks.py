@@ -35,15 +35,27 @@ def verifier() -> TaskSet:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, verifier):
+def cutter():
+    """The embedded model's tokenizer and the default max_new_tokens, as `Node` gives its source."""
+    from sapo_core import modelfiles, paths
+    from sapo_core.config import SamplerConfig
+    from sapo_core.policy import load_tokenizer
+    from sapo_core.swarm.verify import CompletionCutter
+
+    tokenizer = load_tokenizer(modelfiles.embedded_gguf_path(), paths.cache_dir() / "hf")
+    return CompletionCutter.for_tokenizer(tokenizer, SamplerConfig().max_new_tokens)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, verifier, cutter):
     d = tmp_path_factory.mktemp("attacks")
     victim_hooks = RecordingHooks()
-    victim = open_swarm(_default_config(), verifier, d / "victim", victim_hooks)
+    victim = open_swarm(_default_config(), verifier, d / "victim", victim_hooks, cutter=cutter)
     joined = _default_config(initial_peers=[victim.join_address])
     honest = open_swarm(joined, verifier, d / "honest", RecordingHooks())
     attacker = open_swarm(joined, verifier, d / "attacker", RecordingHooks())
     yield {"victim": victim, "honest": honest, "attacker": attacker, "hooks": victim_hooks, "dir": d,
-           "joined": joined}
+           "joined": joined, "cutter": cutter}
     for node in (victim, honest, attacker):
         node.close()
 
@@ -302,3 +314,168 @@ def test_fuzz_hostile_values_over_the_network_never_raise_out_of_gather(world, v
         assert victim.stats().get("swarm/gather_errors", 0) == 0 and victim.stats().get("swarm/verify_errors", 0) == 0
     print(f"\nfuzz over the network: {len(sample)} hostile records stored by a real attacker "
           f"({len(raised)} not even sendable), 3 gathers, no exception")
+
+
+# --- poison with a right answer ---------------------------------------------------------------
+
+
+def _groups_of(question_texts, questions, round: int) -> list:
+    from sapo_core.rollouts import Completion, Group
+
+    return [Group(q, [Completion(t, finished=True) for t in texts], round=round)
+            for q, texts in zip(questions, question_texts)]
+
+
+def test_poisoned_completions_are_cut_collapsed_and_one_peer_cannot_fill_the_gather(world, verifier):
+    """Garbage preambles are scored on what is trained (the cut leaves the garbage alone: reward
+    0, never a positive advantage); 64 copies of one completion are one; a peer publishing 60
+    valid groups supplies at most ceil(J/2) of them while the honest peer has groups left
+    (issue 10: it supplied 18 of 20).
+    (Injected links pass verification -- the answer is right -- and are the node's likelihood
+    floor's to drop: test_node_trains_on_no_poison below.)"""
+    victim, honest, attacker = world["victim"], world["honest"], world["attacker"]
+    cutter = world["cutter"]
+    r = 400
+    qs = verifier.sample_questions(r, 60)
+    rng = random.Random(3)
+    garbage = ["".join(rng.choice("abcdefghij#@%&*{}<>~ ") for _ in range(6000)) for _ in range(4)]
+    poisoned = [[f"{garbage[k]}\nAnswer: {q.answer}" for k in range(4)] + ["Answer: -77777"] for q in qs[:3]]
+    dupes = [[f"Answer: {q.answer}"] * 63 + ["Answer: -77777"] for q in qs[3:6]]
+    valid = [[f"Answer: {q.answer}", f"The answer is {q.answer}", "Answer: -77777"] for q in qs[6:60]]
+    attacker.publish(r, _groups_of(poisoned + dupes + valid, qs, r))
+    honest.publish(r, honest_groups(80, r, n=12))
+    got = victim.gather(r, 20, random.Random(r))
+    stats = victim.stats()
+    by_peer = {p: sum(g.source == p for g in got) for p in (attacker.node_id, honest.node_id)}
+    trained_garbage_positive = 0
+    copies = 0
+    for g in got:
+        mean = sum(g.rewards) / len(g.rewards)
+        texts = [c.text for c in g.completions]
+        copies += len(texts) - len(set(texts))
+        for c in g.completions:
+            assert c.token_ids == cutter.encode(c.text)[:cutter.max_tokens]  # scored = trained
+            if "#" in c.text and c.reward > mean:
+                trained_garbage_positive += 1
+    print(f"\npoison: J=20 from a 60-group attacker and a 12-group honest peer: {by_peer[attacker.node_id]} "
+          f"attacker / {by_peer[honest.node_id]} honest; garbage completions with positive advantage "
+          f"{trained_garbage_positive}; duplicate copies returned {copies} "
+          f"(collapsed {stats.get('swarm/duplicates_collapsed', 0):.0f}, cut {stats.get('swarm/completions_cut', 0):.0f})")
+    assert by_peer[attacker.node_id] <= 10 and by_peer[honest.node_id] >= 10
+    assert trained_garbage_positive == 0 and copies == 0
+    assert stats["swarm/completions_cut"] >= 12 and stats["swarm/duplicates_collapsed"] >= 3 * 62
+
+
+# --- CPU ------------------------------------------------------------------------------------
+
+
+def _bf_questions(n: int, level: int = 1):
+    from sapo_core.rollouts import QuestionId
+    from sapo_core.tasks import KNOWN_CONFIGS, regenerate
+
+    digest = next(d for d, (ds, lv) in KNOWN_CONFIGS.items() if ds == "bf" and lv == level)
+    return [regenerate(QuestionId("bf", digest, 7, i)) for i in range(n)]
+
+
+@pytest.mark.parametrize("attack", ["spaces", "digits", "bf_copies", "bf_distinct"])
+def test_cpu_attacks_cost_a_bounded_gather(world, verifier, attack):
+    """Issue 10: answer + 20,000 spaces took 12.7 s to verify, 64 copies of a slow bf question
+    22.6 s, both after the gather's deadline and without a strike. Now: a gather stays under
+    gather_timeout + 2 s whatever the record holds, and a record over its CPU budget is junk."""
+    victim, honest, attacker = world["victim"], world["honest"], world["attacker"]
+    r = 500 + ["spaces", "digits", "bf_copies", "bf_distinct"].index(attack)
+    if attack in ("spaces", "digits"):
+        qs = verifier.sample_questions(r, 6)
+        pad = " " * 20000 if attack == "spaces" else "1" * 20000
+        texts = [[f"Answer {pad}: {q.answer}", f"Answer: {q.answer}{pad}", f"{pad}/ {q.answer}"] for q in qs]
+    else:
+        qs = _bf_questions(1) * 64 if attack == "bf_copies" else _bf_questions(64, level=1)
+        texts = [[f"Answer: {q.answer}", "Answer: x"] for q in qs]
+    attacker.publish(r, _groups_of(texts, qs, r))
+    honest.publish(r, honest_groups(90 + r, r))
+    strikes_before = victim.reputation._strikes.get(attacker.node_id, 0.0)
+    started = time.perf_counter()
+    got = victim.gather(r, 8, random.Random(r))
+    took = time.perf_counter() - started
+    stats = victim.stats()
+    print(f"\ncpu attack {attack}: gather {took:.2f} s (timeout {victim.cfg.gather_timeout:g} s), verify cpu "
+          f"{stats.get('swarm/verify_cpu_s', 0):.2f} s, cpu_budget rejections {stats.get('swarm/rejected/cpu_budget', 0):.0f}, "
+          f"attacker strikes {strikes_before:g} -> {victim.reputation._strikes.get(attacker.node_id, 0.0):g}"
+          f"{' (ignored)' if victim.reputation.is_ignored(attacker.node_id) else ''}")
+    assert took < victim.cfg.gather_timeout + 2
+    assert honest.node_id in {g.source for g in got}
+    if attack == "bf_distinct":
+        assert stats.get("swarm/rejected/cpu_budget", 0) > 0
+
+
+# --- starvation: a 24-identity flood ----------------------------------------------------------
+
+
+def _sybil(ks, attacker, targets, verifier, kind: str, window: float, exp: float, r: int) -> str:
+    """One fresh identity of `kind` (junk, zero, ghost, liar, old_round) with its index entry and,
+    except for ghosts, a signed record; returns its peer id."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from sapo_core.swarm.identity import NodeIdentity
+    from sapo_core.swarm.records import IndexEntry, encode_index, fit_record
+
+    fake = NodeIdentity.from_key(Path("-"), rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    key = fake.hivemind_key()
+    qs = verifier.sample_questions(r + hash(fake.peer_id) % 1000, 4)
+    if kind == "junk":  # a wrong answer claimed right
+        from sapo_core.rollouts import Completion, Group, Question
+
+        groups = [Group(Question(q.id, q.text, "-55555"), [Completion("Answer: -55555"), Completion("Answer: 1")])
+                  for q in qs]
+    else:  # no signal at all (no number: partial credit cannot tell them apart)
+        groups = _groups_of([["", "..."] for _ in qs], qs, r)
+    record_round = r - 5 if kind == "old_round" else r
+    payload = fit_record(SWARM, window, fake.peer_id, record_round, groups).payload
+    shard = ks.shard_of(fake.peer_id, window)
+    claimed = 64 if kind == "liar" else 4
+    index = encode_index(IndexEntry(SWARM, window, shard, fake.peer_id, r, 4, min(claimed, 64), len(payload)))
+    items = [(ks.index_key(window, shard), index)]
+    if kind != "ghost":
+        items.append((ks.record_key(window, fake.peer_id), payload))
+    for k, v in items:
+        value, subkey = _signed(k, v, key, key, exp)
+        assert _attacker_store(attacker, targets, k, value, subkey, exp) == [[True]] * len(targets)
+    return fake.peer_id
+
+
+def test_a_24_identity_flood_does_not_starve_the_honest_peer(world, verifier, cutter, tmp_path):
+    """Issue 10: 8 junk, 8 zero-advantage and 8 ghost identities left the honest peer's groups
+    reaching a victim in 3 of 10 rounds. Here a fresh victim (no history with anyone) joins
+    during the flood (plus an index liar and a record older than its entry); the honest peer
+    publishes every round."""
+    victim0, honest, attacker = world["victim"], world["honest"], world["attacker"]
+    ks = victim0.keyspace
+    now, w = _now_window(victim0)
+    exp = now + 2 * ks.window_seconds
+    targets = [victim0, honest]
+    kinds = ["junk"] * 8 + ["zero"] * 8 + ["ghost"] * 8 + ["liar", "old_round"]
+    sybils = {_sybil(ks, attacker, targets, verifier, k, w, exp, 600): k for k in kinds}
+    victim = open_swarm(world["joined"], verifier, tmp_path / "fresh-victim", RecordingHooks(), cutter=cutter)
+    rounds, honest_rounds, ghost_fetches, gather_s = 10, 0, 0, []
+    try:
+        for i in range(rounds):
+            r = 600 + i
+            honest.publish(r, honest_groups(100 + r, r))
+            started = time.perf_counter()
+            got = victim.gather(r, 4, random.Random(r))
+            gather_s.append(time.perf_counter() - started)
+            stats = victim.stats()
+            ghost_fetches += stats.get("swarm/records_missing", 0)
+            honest_rounds += honest.node_id in {g.source for g in got}
+            assert all(g.source not in sybils for g in got), [(sybils[g.source], g.rewards) for g in got
+                                                               if g.source in sybils]
+        ignored = [sybils[p] for p in victim.reputation.ignored() if p in sybils]
+        struck = {k: sum(1 for p, kk in sybils.items() if kk == k and victim.reputation.is_suspect(p))
+                  for k in set(kinds)}
+        print(f"\nflood of {len(sybils)} identities: honest groups used in {honest_rounds}/{rounds} rounds; "
+              f"ghost fetches {ghost_fetches:.0f} of {rounds * victim.cfg.records_per_gather} slots; struck by kind "
+              f"{dict(sorted(struck.items()))}; ignored {len(ignored)}; gather max {max(gather_s):.2f} s")
+        assert honest_rounds >= 0.9 * rounds
+        assert struck["liar"] + struck["old_round"] + struck["ghost"] + struck["zero"] + struck["junk"] >= 6
+    finally:
+        victim.close()

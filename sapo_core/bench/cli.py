@@ -17,6 +17,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("tasks", "baseline reward per task, prompt style and answer extraction of the untrained model"),
     ("control", "pause latency p50/p95 and measured CPU use at 25/50/75% throttle of a real node process"),
     ("gui", "dashboard redraw time with 10,000 rounds of history and the GUI process's memory (offscreen)"),
+    ("floor", "likelihood of the embedded model's own completions vs injected links and garbage preambles"),
 ]
 
 

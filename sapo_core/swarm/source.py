@@ -341,13 +341,17 @@ class DhtRolloutSource:
         entries: dict[str, tuple[IndexEntry, float]] = {}
         seen_peers: set[str] = set()
         f = self._figures
+        live = self._live_peers()
         pos, size = 0, max(len(first), self._first_batch())
         while pos < len(order) and time.perf_counter() < deadline:
+            # promising: unstruck peers that run a DHT node we know (or that proved useful); an
+            # identity is free, a DHT node in our routing table is not: fresh Sybil ids do not count
             promising = [e for e in self._usable(e for e, _ in entries.values())
-                         if not self.reputation.is_suspect(e.peer_id)]
+                         if not self.reputation.is_suspect(e.peer_id)
+                         and (e.peer_id in live or self.reputation.is_trusted(e.peer_id))]
             if len(promising) >= self.cfg.records_per_gather:
                 break
-            good_seen = [p for p in seen_peers if not self.reputation.is_suspect(p)]
+            good_seen = [p for p in seen_peers if not self.reputation.is_suspect(p) and p in live]
             if good_seen and len(good_seen) >= self.dht.num_peers():
                 break  # every peer we know of has turned up: a small swarm has nothing more to find
             batch, pos = order[pos:pos + size], pos + size
@@ -391,6 +395,14 @@ class DhtRolloutSource:
             self._entries_per_key = observed if old is None else 0.5 * old + 0.5 * observed
         return entries
 
+    def _live_peers(self) -> set[str]:
+        """Peer ids of the DHT nodes in our routing table (empty if the DHT cannot say)."""
+        try:
+            table = self.dht._node.protocol.routing_table
+            return {p.to_base58() for p in list(table.uid_to_peer_id.values())}
+        except Exception:  # no node yet, or another hivemind: only a hint is lost
+            return set()
+
     def _usable(self, entries: Any) -> list[IndexEntry]:
         return [e for e in entries if e.peer_id != self.node_id and e.groups > 0
                 and not self.reputation.is_ignored(e.peer_id)
@@ -401,18 +413,21 @@ class DhtRolloutSource:
 
         Records none of whose groups we used come first. Among them, trusted peers (earlier
         records gave good groups) fill all but a third of the slots and the rest explore
-        unknown peers, unstruck ones claiming signal first; leftover slots take whatever remains
+        unknown peers, unstruck ones first, then those running a DHT node we know (a Sybil
+        identity costs nothing, a live node does), then those claiming signal; leftover slots take whatever remains
         (partly used records last). A flood of fresh identities can take the exploring slots,
         never the trusted ones; struck ones lose even those to unstruck newcomers.
         """
         limit = self.cfg.records_per_gather
         usable = self._usable(entries)
         rng.shuffle(usable)
+        live = self._live_peers()
         fresh = [e for e in usable if (e.peer_id, e.round) not in self._used]
         stale = [e for e in usable if (e.peer_id, e.round) in self._used]
         trusted = [e for e in fresh if self.reputation.is_trusted(e.peer_id)]
         unknown = sorted((e for e in fresh if not self.reputation.is_trusted(e.peer_id)),
-                         key=lambda e: (self.reputation.is_suspect(e.peer_id), e.signal_groups == 0))
+                         key=lambda e: (self.reputation.is_suspect(e.peer_id), e.peer_id not in live,
+                                        e.signal_groups == 0))
         explore = max(1, limit // 3)
         first = trusted[:limit - explore] + unknown[:explore]
         rest = trusted[limit - explore:] + unknown[explore:] + stale

@@ -77,6 +77,15 @@ class CompletionCutter:
     max_tokens: int
     max_chars_per_token: int = 64
 
+    @classmethod
+    def for_tokenizer(cls, tokenizer, max_tokens: int) -> "CompletionCutter":
+        """Cutting with a transformers tokenizer as `Policy` encodes peers' text (no special
+        tokens). A vocabulary entry is at least as long as the text it decodes to (byte-level
+        BPE), so the longest bounds the characters per token."""
+        longest = max((len(t) for t in tokenizer.get_vocab()), default=64)
+        return cls(lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"]),
+                   lambda ids: tokenizer.decode(ids, skip_special_tokens=True), max_tokens, max(1, longest))
+
     def cut(self, text: str) -> tuple[list[int], str, bool]:
         limit = self.max_tokens * self.max_chars_per_token + 256
         ids = self.encode(text[:limit])
@@ -172,6 +181,24 @@ def _verify_group(wire, index: int, record: Record, tasks: QuestionSource, peer_
     if not group.has_signal():
         return "zero_advantage", None
     return None, group
+
+
+def likelihood_score(logprobs: Sequence[float], window: int) -> float:
+    """The lowest mean log-likelihood per token over any `window` consecutive tokens of a
+    completion (its whole mean when shorter; NaN when empty). A window, not the whole mean: a
+    link injected into an otherwise ordinary completion is diluted in the mean, not in the
+    window that holds it. Linear time."""
+    n = len(logprobs)
+    if n == 0:
+        return math.nan
+    if n <= window:
+        return math.fsum(logprobs) / n
+    total = math.fsum(logprobs[:window])
+    worst = total
+    for i in range(window, n):
+        total += logprobs[i] - logprobs[i - window]
+        worst = min(worst, total)
+    return worst / window
 
 
 def sample_groups(pool: Sequence[Group], want: int, rng: random.Random, per_peer: int | None = None) -> list[Group]:
