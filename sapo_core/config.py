@@ -241,7 +241,8 @@ class SwarmConfig:
         "Peers' completions whose mean log-likelihood per token under our policy, over their least likely "
         "likelihood_window tokens, is below this (nats) are dropped as 'unlikely': injected links and "
         "garbage preambles, not text our model would write. Measured so >= 95 % of the embedded model's "
-        "own completions pass (sapo-bench floor, docs/swarm.md); 0 = off.", -4.0)
+        "own completions pass (sapo-bench floor: p5 -3.42, every injected link below -3.82; docs/swarm.md); "
+        "0 = off.", -3.6)
     likelihood_window: int = _help("Tokens over which the likelihood floor averages (see likelihood_floor).", 16)
     max_external_tokens: int = _help(
         "Most completion tokens of peers' groups one update trains on, whole groups only (the default is "
