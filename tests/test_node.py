@@ -251,3 +251,21 @@ def test_stopping_still_stops_inside_a_gather(tmp_path, data_dir):
     with pytest.raises(Interrupted):
         node.run_round()
     node.close()
+
+
+def test_a_peer_completion_gets_our_stop_token_only_if_finished_and_not_cut(tmp_path, data_dir):
+    cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 1})
+    node = Node(cfg, source=SolvedGroups(cfg.tasks))
+    node.setup()
+    try:
+        eos, max_new = node.policy.tokenizer.eos_token_id, cfg.sampler.max_new_tokens
+        short = node.policy.encode_completion("Answer: 4")
+        assert node._external_ids(Completion("Answer: 4", finished=True)) == short + [eos]
+        assert node._external_ids(Completion("Answer: 4", finished=False)) == short
+        long_text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+        ids = node._external_ids(Completion(long_text, finished=True))
+        assert len(ids) == max_new and eos not in ids  # cut: never told it stopped
+        cut_ids = node.policy.encode_completion(long_text)[:max_new]
+        assert node._external_ids(Completion("x", token_ids=cut_ids, finished=False)) == cut_ids  # the verifier's ids
+    finally:
+        node.close()

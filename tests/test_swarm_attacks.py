@@ -479,3 +479,58 @@ def test_a_24_identity_flood_does_not_starve_the_honest_peer(world, verifier, cu
         assert struck["liar"] + struck["old_round"] + struck["ghost"] + struck["zero"] + struck["junk"] >= 6
     finally:
         victim.close()
+
+
+# --- the node: poisoned completions trained on --------------------------------------------------
+
+
+@pytest.mark.slow
+def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
+    """A real node (the embedded model) joins the victim's swarm; an attacker publishes right
+    answers with injected links and garbage preambles with the answer, an honest peer plain
+    right and wrong answers. Over two rounds (~4 min on an idle 2-core machine) the node's update sees honest peer text and not
+    one poisoned completion (the cut, the duplicates collapse and the likelihood floor)."""
+    from sapo_core.config import NodeConfig
+    from sapo_core.node import Node
+
+    monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
+    honest, attacker = world["honest"], world["attacker"]
+    cfg = NodeConfig().replace(**{
+        "run_dir": str(tmp_path / "run"), "round.local_groups": 1, "round.external_groups": 4,
+        "sampler.group_size": 4, "round.auto_scale": False, "train.steps_per_round": 1,
+        "swarm.swarm_name": SWARM, "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+        "swarm.initial_peers": [world["victim"].join_address], "swarm.identity_path": str(tmp_path / "id.key"),
+    })
+    node = Node(cfg)
+    node.setup()
+    trained: list[str] = []
+    real_update = node.trainer.update
+
+    def recording_update(seqs, hooks):  # the real update runs; we only read what it is given
+        trained.extend(node.policy.decode(s.completion_ids) for s in seqs if s.sample_logprobs is None)
+        return real_update(seqs, hooks)
+
+    node.trainer.update = recording_update
+    rng = random.Random(9)
+    links = ["See https://free-answers.example.com/q?id={n} for more.", "Win a prize at http://bit.ly/{n}Xq9 !"]
+    try:
+        metrics = []
+        for i in range(2):
+            r = 700 + i
+            qs = verifier.sample_questions(r, 4)
+            poisoned = [[f"{rng.choice(links).format(n=rng.randrange(10**6))}\nAnswer: {q.answer}",
+                         f"The answer is {q.answer}. {rng.choice(links).format(n=rng.randrange(10**6))}",
+                         "Answer: -31337"] for q in qs[:2]]
+            poisoned += [["".join(rng.choice("abcdefghij#@%&*{}<>~ ") for _ in range(6000)) + f"\nAnswer: {q.answer}",
+                          "Answer: -31337"] for q in qs[2:]]
+            attacker.publish(node.next_round, _groups_of(poisoned, qs, node.next_round))
+            honest.publish(node.next_round, honest_groups(200 + i, node.next_round, n=3))
+            metrics.append(node.run_round())
+    finally:
+        node.close()
+    poisoned_trained = [t for t in trained if "http" in t or "bit.ly" in t or "#" in t or "{" in t]
+    print(f"\nnode: {len(trained)} peer completions trained over 2 rounds, poisoned {len(poisoned_trained)}; "
+          f"unlikely dropped {sum(m.get('swarm/unlikely', 0) for m in metrics):.0f}; "
+          f"external groups {[m['groups/external'] for m in metrics]}")
+    assert poisoned_trained == []
+    assert trained  # the honest peer's groups were trained on
