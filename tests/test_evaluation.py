@@ -171,3 +171,49 @@ def test_levels_above_the_start_are_measured_too(tiny, tmp_path):
     assert "eval/basic_arithmetic/level_solve_rate" in m and "eval/level_solve_rate" in m
     assert hooks.phases == {"eval"}
     assert LEVELS  # the module's levels are what the set is built from
+
+
+# --- sapo-node eval and the worker's last round ------------------------------------------------------
+
+
+def test_sapo_node_eval_compares_a_checkpoint_with_the_base(tmp_path, data_dir):
+    from sapo_core.cli import main
+    from sapo_core.commands.eval import checkpoint_dir, evaluate_run, format_table
+    from sapo_core.node import Node
+    from lightnode import light_config
+
+    run = tmp_path / "run"
+    node = Node(light_config(run, max_new_tokens=6, **{"eval.questions": 2, "eval.samples": 2}))
+    node.setup()
+    node.run_round()
+    node.run_round()
+    node.close()
+    with pytest.raises(SystemExit, match="there are: 1, 2"):
+        checkpoint_dir(run, 7)
+    result = evaluate_run(run, round=1)
+    assert result["round"] == 1 and result["questions"] == 2 and result["samples"] == 2
+    assert set(result["datasets"]) == {*DEFAULT, "all"} and result["datasets"]["all"]["questions"] == 6
+    assert "95% CI" in format_table(result)
+    assert main(["eval", "--run-dir", str(run), "--json", "--questions", "1"]) == 0
+
+
+def test_a_run_of_set_length_ends_with_an_evaluation_in_its_last_round(tmp_path, tmp_path_factory):
+    from lightnode import light_config, light_env
+    from sapo_core.control import protocol as P
+    from sapo_core.control.client import NodeClient
+
+    client = NodeClient(env=light_env(tmp_path, tmp_path_factory), heartbeat_timeout=None)
+    cfg = light_config(tmp_path / "run", max_new_tokens=4, **{"eval.enabled": True, "eval.questions": 1,
+                                                               "eval.samples": 1, "eval.every_rounds": 0})
+    client.start(cfg, rounds=2)
+    done = {}
+    try:
+        for ev in client.events(timeout=600):
+            if isinstance(ev, P.RoundDone):
+                done[ev.round] = ev.metrics
+            if isinstance(ev, P.State) and ev.state in (P.STOPPED, P.CRASHED):
+                break
+    finally:
+        client.stop()
+    assert "eval/solve_rate" in done[1] and "eval/solve_rate_base" in done[1]  # the baseline
+    assert "eval/solve_rate" in done[2] and done[2]["eval/questions"] == 3  # the end of the run

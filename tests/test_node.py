@@ -21,7 +21,7 @@ def tiny_config(run_dir, **changes) -> NodeConfig:
     base = {
         "run_dir": str(run_dir), "model.name": "tiny-random", "swarm.enabled": False,
         "round.local_groups": 2, "round.external_groups": 0, "sampler.group_size": 4,
-        "sampler.max_new_tokens": 12, "train.learning_rate": 1e-2,
+        "sampler.max_new_tokens": 12, "train.learning_rate": 1e-2, "eval.enabled": False,
     }
     base.update(changes)
     return NodeConfig().replace(**base)
@@ -192,7 +192,8 @@ def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir):
 
 
 def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tmp_path, data_dir):
-    cfg = tiny_config(tmp_path / "run", **{"eval.questions": 2, "eval.samples": 2, "eval.every_rounds": 3,
+    cfg = tiny_config(tmp_path / "run", **{"eval.enabled": True, "eval.questions": 2, "eval.samples": 2,
+                                           "eval.every_rounds": 3,
                                            "round.external_groups": 1})
     node = Node(cfg, source=SolvedGroups(cfg.tasks))
     node.setup()
