@@ -275,7 +275,11 @@ class Node:
         if self._evaluator is None:
             return {}
         t0 = time.perf_counter()
-        m = self._evaluator.run(self._sampler, self.policy, self.hooks)
+        try:
+            m = self._evaluator.run(self._sampler, self.policy, self.hooks)
+        except SamplerError as e:  # the next round's sampling falls back to transformers; skip this one
+            self.hooks.log("error", f"held-out evaluation skipped: sampler {self._sampler.name} failed ({e})")
+            return {}
         m["time/eval"] = time.perf_counter() - t0
         gain = f", gain {m['eval/gain']:+.3f} ({m['eval/gain_ci_low']:+.3f}..{m['eval/gain_ci_high']:+.3f})" \
             if "eval/gain" in m else ""
