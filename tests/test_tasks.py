@@ -316,3 +316,20 @@ def test_state_round_trips_through_json():
 def test_task_config_rejects_nonsense(changes, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         TaskConfig(**changes)
+
+
+def test_the_swarm_verifier_rescores_with_the_same_reward_setting():
+    """verify.py re-scores peers' completions through TaskSet.score: under correctness a group of
+    wrong fractions has no signal (dropped), under partial credit the question's own fraction
+    'earns' 0.1 and the group passes."""
+    from sapo_core.swarm.records import Record, wire_group_of
+    from sapo_core.swarm.verify import verify_record
+
+    q = regenerate(qid("fraction_simplification", 0, index=3))
+    m = q.entry["metadata"]
+    group = _group(q, ["Answer: 97/89"] * 7 + [f"Answer: {m['numerator']}/{m['denominator']}"], source="peer-1")
+    record = Record(swarm="s", window=0, peer_id="peer-1", round=1, groups=(wire_group_of(group),))
+    strict = verify_record(record, TaskSet(TaskConfig(weights={"fraction_simplification": 1.0}), 0), "peer-1")
+    assert not strict.accepted and strict.rejected["zero_advantage"] == 1
+    lenient = verify_record(record, TaskSet(TaskConfig(partial_credit=True), 0), "peer-1")
+    assert len(lenient.accepted) == 1 and max(lenient.accepted[0].rewards) == pytest.approx(0.1)
