@@ -127,9 +127,9 @@ class Node:
         identity = getattr(self._source, "node_id", "alone") if self._source else "alone"
         self._identity = identity
         # nodes of one swarm must not all draw the same questions: the seed mixes in the identity;
-        # training skips the held-out evaluation's questions
-        held_out = HeldOut(cfg.eval.questions) if cfg.eval.enabled else None
-        self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity), held_out=held_out)
+        # training skips the held-out evaluation's questions, also with evaluation off: what we
+        # train on we share, and peers evaluate on the same set
+        self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity), held_out=HeldOut(cfg.eval.questions))
         self._resume()
         self._write_config_snapshot()
         if self._sampler_factory is not None:
