@@ -14,6 +14,7 @@ import sys
 COMMANDS: list[tuple[str, str, str]] = [
     ("identity", "sapo_core.commands.identity", "show this node's identity, export it for backup, or import one"),
     ("run", "sapo_core.commands.run", "train: run rounds of SAPO on this machine"),
+    ("eval", "sapo_core.commands.eval", "held-out solve rate of a run's checkpoint against the base model"),
     ("hardware", "sapo_core.commands.hardware", "show what this machine has and which model fits"),
     ("doctor", "sapo_core.commands.doctor", "check this machine can run a node, with a fix for each problem"),
 ]

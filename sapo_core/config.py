@@ -105,6 +105,10 @@ class TaskConfig:
         "How questions are asked: 'one_shot' (a solved example of the same dataset and level, then the "
         "question; asks for a final 'Answer: ...' line), 'answer_line' (the same without the example), "
         "'plain' (the question only) or 'tags' (<answer> tags).", "one_shot")
+    partial_credit: bool = _help(
+        "Train on ReasoningGYM's partial credit (e.g. 0.1 for any wrong weekday, 0.5 for '13' when the answer is "
+        "'3') instead of correctness (1 right, 0 wrong). Off: partial credit divided by a group's small std "
+        "weighs as much as a right answer (issue 11).", False)
     format_reward: float = _help("Weight of a reward for answering in the requested format (the paper dropped it).", 0.0)
     system_prompt: str = _help("System prompt; empty leaves the model's chat template to its default.", "")
 
@@ -314,6 +318,26 @@ class ControlConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    enabled: bool = _help(
+        "Measure the policy on held-out questions (never trained on) against the base model: before the first "
+        "round, every eval.every_rounds rounds and after the last round of a run of set length.", True)
+    every_rounds: int = _help(
+        "Rounds between held-out evaluations (0 = only before the first round and at the end). Measured on a "
+        "2-core machine: one evaluation (3 datasets x 32 questions x 4 samples + greedy) takes as long as ~7 "
+        "rounds (336 s against ~50 s), so every 70 rounds keeps it under 10 % of the node's time.", 70)
+    questions: int = _help(
+        "Held-out questions per dataset and level (training skips every one of them; at most 512).", 32)
+    samples: int = _help("Completions per held-out question at the training temperature, k.", 4)
+    greedy: bool = _help("Also one greedy completion per question (eval/greedy_solve_rate).", True)
+
+    def __post_init__(self) -> None:
+        _check(self.every_rounds >= 0, "eval.every_rounds", "must be >= 0")
+        _check(1 <= self.questions <= 512, "eval.questions", "must be 1..512")
+        _check(1 <= self.samples <= 64, "eval.samples", "must be 1..64")
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     run_dir: str = _help("Directory holding this run's store, checkpoints and config snapshot.", "")
     seed: int = _help("Seed of everything random in this node.", 0)
@@ -324,6 +348,7 @@ class NodeConfig:
     round: RoundConfig = field(default_factory=RoundConfig, metadata={"help": "What a round holds."})
     swarm: SwarmConfig = field(default_factory=SwarmConfig, metadata={"help": "Sharing with peers."})
     control: ControlConfig = field(default_factory=ControlConfig, metadata={"help": "The volunteer's limits."})
+    eval: EvalConfig = field(default_factory=EvalConfig, metadata={"help": "Held-out evaluation."})
 
     def replace(self, **changes: Any) -> "NodeConfig":
         """Copy with changes; nested ones as dotted keys: replace(**{"train.learning_rate": 1e-4})."""
@@ -441,7 +466,7 @@ def field_help(cls: type = NodeConfig, prefix: str = "") -> dict[str, str]:
 
 __all__ = [
     "ConfigError", "ModelConfig", "TaskConfig", "SamplerConfig", "TrainConfig", "RoundConfig",
-    "SwarmConfig", "ControlConfig", "NodeConfig", "load_config", "save_config", "dump_config",
+    "SwarmConfig", "ControlConfig", "EvalConfig", "NodeConfig", "load_config", "save_config", "dump_config",
     "from_dict", "to_dict", "field_help", "PAPER_SPECIALTIES", "DEFAULT_TASK_WEIGHTS", "LEVEL_NAMES",
     "PROMPT_STYLES",
 ]

@@ -1,77 +1,130 @@
-"""`sapo-experiment`: the SAPO paper's comparison in miniature, on this machine.
+"""`sapo-experiment`: the SAPO paper's comparison, isolated against sharing, sized to be believed.
 
-The paper (arXiv 2509.08721, §4) trains 8 nodes for 2000 rounds with the same number of groups
-per update (I local + J external = 8) and compares configurations by total reward: 8/0
-(isolated) against 6/2, 4/4 and 2/6 (sharing). This runs the same comparison small enough for
-a laptop: N nodes of the embedded model (SmolLM2-135M) on the easy task mix, I + J groups per
-update, a few rounds, one configuration after the other. Each node is a real node in its own
-process (spawn) with its own identity, run directory and DHT; the sharing configurations form
-one swarm each on loopback, the isolated one trains without a swarm.
+The paper (arXiv 2509.08721, §4) trains 8 nodes for 2000 rounds at the same number of groups per
+update (I local + J external = 8) and compares 8/0 (isolated) with 4/4 (sharing) by total
+training reward. Training reward rises with any curriculum and swings with the draw of questions,
+so here the measure is the held-out evaluation (`sapo_core/evaluation.py`): every node's solve
+rate on questions no node trains on, before round 1, every `--eval-every` rounds and after the
+last. Per seed, the difference of the nodes' mean final solve rate (sharing - isolated); over
+seeds, its mean with a 95 % t-interval. Writes `experiment.csv` (one row per seed, configuration,
+node and round), `experiment.png` (held-out solve rate over rounds; each seed's difference) and
+`summary.txt`.
 
-The measure is each node's mean reward of its *own* completions per round (`reward/mean`: 1
-right, 0 wrong, partial credits as ReasoningGYM gives them), summed over nodes and accumulated
-over rounds. The mean, not the sum, because I differs between configurations (a 2/2 node
-samples half the questions of a 4/0 node). Writes `experiment.csv` (one row per config, node
-and round), `experiment.png` (cumulative reward per configuration) and `summary.txt`.
-
-Departures from the paper: N, the rounds, G, the completion length and the task mix are
-small (CPU); nodes of one configuration run concurrently on the same cores.
+Made affordable on a 2-core CPU (docs/experiment.md says what this simplifies):
+- the nodes of one configuration live in one process and take their rounds in turn (round r of
+  node 0, 1, ..., then round r + 1), so one round runs at a time on all cores;
+- they share the frozen base weights (one copy in memory, one LoRA each) and one llama.cpp
+  sampler, which swaps in each node's adapter before it samples;
+- sharing nodes form a real swarm on loopback (own identity and DHT each); a node gathers what
+  the others published in their latest round;
+- small rounds (I + J = 2 groups of G = 4, <= 64 tokens by default).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import multiprocessing
-import os
-import queue
+import math
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from sapo_core.config import DEFAULT_TASK_WEIGHTS, NodeConfig, from_dict, to_dict
+from sapo_core.config import DEFAULT_TASK_WEIGHTS, NodeConfig
 
-CSV_FIELDS = ("config", "node", "round", "reward_mean", "accuracy", "groups_local_with_signal",
-              "groups_external", "groups_trained", "round_seconds")
+CSV_FIELDS = ("seed", "config", "node", "round", "reward_mean", "solve_rate", "groups_local_with_signal",
+              "groups_external", "groups_trained", "round_seconds", "eval_solve_rate", "eval_solve_rate_base")
+# two-sided 95 % quantiles of Student's t by degrees of freedom (larger: the normal's 1.96)
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         15: 2.131, 20: 2.086, 30: 2.042}
 
 
 def parse_configs(text: str) -> list[tuple[int, int]]:
-    """'4/0,2/2' -> [(4, 0), (2, 2)]; every I >= 1 and J >= 0."""
+    """'2/0,1/1' -> [(2, 0), (1, 1)]; every I >= 1 and J >= 0."""
     out = []
     for part in text.split(","):
         try:
             i, j = (int(x) for x in part.strip().split("/"))
         except ValueError:
-            raise SystemExit(f"--configs: '{part}' is not I/J, e.g. 4/0,2/2") from None
+            raise SystemExit(f"--configs: '{part}' is not I/J, e.g. 2/0,1/1") from None
         if i < 1 or j < 0:
             raise SystemExit(f"--configs: '{part}' needs I >= 1 and J >= 0")
         out.append((i, j))
     return out
 
 
-def node_config(args: argparse.Namespace, out: Path, label: str, index: int, local: int, external: int,
-                join: str | None, threads: int) -> NodeConfig:
+def node_config(args: argparse.Namespace, out: Path, seed: int, label: str, index: int, local: int, external: int,
+                join: str | None) -> NodeConfig:
     weights = {t: 1.0 for t in args.tasks.split(",")} if args.tasks else dict(DEFAULT_TASK_WEIGHTS)
+    tag = f"seed{seed}-{label.replace('/', '-')}"
     return NodeConfig().replace(**{
-        "run_dir": str(out / "runs" / label / f"node{index}"),
-        "seed": args.seed + index,
+        "run_dir": str(out / "runs" / tag / f"node{index}"),
+        "seed": seed * 1000 + index,
         "model.name": args.model,
         "tasks.weights": weights,
         "sampler.group_size": args.group_size, "sampler.max_new_tokens": args.max_new_tokens,
-        "sampler.threads": threads,
+        "sampler.threads": args.threads,
         "round.local_groups": local, "round.external_groups": external, "round.auto_scale": False,
         "swarm.enabled": external > 0,
-        "swarm.swarm_name": f"experiment-{label.replace('/', '-')}-{args.stamp}",
+        "swarm.swarm_name": f"experiment-{tag}-{args.stamp}",
         "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
-        "swarm.window_seconds": max(60.0, args.window_seconds),
-        # the same identity for node i in every configuration: the same questions to answer
-        "swarm.identity_path": str(out / "identities" / f"node{index}.key"),
+        "swarm.window_seconds": args.window_seconds,
+        "swarm.gather_timeout": 3.0, "swarm.publish_timeout": 5.0,
+        "swarm.identity_path": str(out / "identities" / f"seed{seed}-node{index}.key"),
         "swarm.initial_peers": [join] if join else [],
+        "eval.enabled": True, "eval.every_rounds": args.eval_every, "eval.questions": args.eval_questions,
+        "eval.samples": args.eval_samples, "eval.greedy": False,
     })
 
 
-class _ChildHooks:
+class SharedSampler:
+    """One sampler for several nodes: `view(node)` is what a node samples through; before a node
+    samples (or syncs), the sampler is made to follow that node's policy (its LoRA swapped in)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.owner: Any = None
+
+    def view(self, node) -> "_SamplerView":
+        return _SamplerView(self, node)
+
+
+class _SamplerView:
+    def __init__(self, shared: SharedSampler, node) -> None:
+        self.shared, self.node, self.name = shared, node, shared.inner.name
+
+    def sync_policy(self, policy) -> None:
+        if self.shared.owner is not self:
+            self.shared.owner = self
+            self.shared.inner.synced_version = None  # another node's adapter is loaded: export ours
+        self.shared.inner.sync_policy(policy)
+
+    def sample(self, prompts, seeds, params, hooks):
+        if self.shared.owner is not self:
+            self.sync_policy(self.node.policy)
+        return self.shared.inner.sample(prompts, seeds, params, hooks)
+
+    def set_threads(self, n: int) -> None:
+        self.shared.inner.set_threads(n)
+
+    def close(self) -> None:
+        return None  # the experiment closes the shared sampler once
+
+
+def share_frozen_weights(dst_model, src_model) -> int:
+    """Point dst's frozen parameters at src's (the same base weights): one copy in memory."""
+    src = dict(src_model.named_parameters())
+    shared = 0
+    for name, p in dst_model.named_parameters():
+        q = src.get(name)
+        if not p.requires_grad and q is not None and q.shape == p.shape and q.dtype == p.dtype:
+            p.data = q.data
+            shared += 1
+    return shared
+
+
+class _Hooks:
     def __init__(self, tag: str) -> None:
         self.tag = tag
 
@@ -82,157 +135,179 @@ class _ChildHooks:
         return None
 
     def log(self, level: str, message: str) -> None:
-        if level in ("warning", "error"):
+        if level in ("warning", "error") or message.startswith("held-out"):
             print(f"[{self.tag}] {level}: {message}", flush=True)
 
 
-def _run_node(config: dict, rounds: int, tag: str, index: int, messages: Any, all_done: Any) -> None:
-    """One node's life in its own process: set up, announce, run its rounds, wait, close."""
+def _row(seed: int, label: str, i: int, r: int, m: dict[str, float]) -> dict:
+    return {"seed": seed, "config": label, "node": i, "round": r, "reward_mean": m.get("reward/mean", 0.0),
+            "solve_rate": m.get("accuracy/mean", 0.0), "groups_local_with_signal": m.get("groups/local_with_signal", 0.0),
+            "groups_external": m.get("groups/external", 0.0), "groups_trained": m.get("groups/trained", 0.0),
+            "round_seconds": m.get("time/round", 0.0), "eval_solve_rate": m.get("eval/solve_rate", ""),
+            "eval_solve_rate_base": m.get("eval/solve_rate_base", "")}
+
+
+def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int, external: int) -> list[dict]:
+    """args.nodes nodes of one configuration in this process, round-robin; their rows."""
+    from sapo_core import paths
     from sapo_core.node import Node
+    from sapo_core.sampler import make_sampler
 
-    node = None
-    try:
-        node = Node(from_dict(config), _ChildHooks(tag))
-        node.setup()
-        address = node.source.join_address if node.source is not None else ""
-        messages.put(("ready", index, address))
-        for _ in range(rounds):
-            m = node.run_round()
-            messages.put(("round", index, {k: float(v) for k, v in m.items()}))
-        messages.put(("done", index, None))
-        all_done.wait(3600)  # keep serving the DHT until every node of the swarm has finished
-    except BaseException as e:  # reported to the parent, which stops the experiment
-        messages.put(("error", index, f"{type(e).__name__}: {e}"))
-    finally:
-        if node is not None:
-            node.close()
-
-
-def run_configuration(args: argparse.Namespace, out: Path, local: int, external: int) -> list[dict]:
-    """N node processes of one configuration; their rounds as CSV rows."""
     label = f"{local}/{external}"
-    ctx = multiprocessing.get_context("spawn")
-    messages, all_done = ctx.Queue(), ctx.Event()
-    threads = max(1, (os.cpu_count() or 2) // args.nodes)
-    procs: list[Any] = []
+    nodes: list[Any] = []
+    shared: SharedSampler | None = None
     rows: list[dict] = []
-    done: set[int] = set()
-    join: str | None = None
 
-    def start(i: int) -> None:
-        cfg = node_config(args, out, label, i, local, external, join, threads)
-        p = ctx.Process(target=_run_node, args=(to_dict(cfg), args.rounds, f"{label} node{i}", i, messages, all_done))
-        p.start()
-        procs.append(p)
-
-    def handle(kind: str, i: int, payload: Any) -> None:
-        if kind == "error":
-            raise RuntimeError(f"configuration {label}, node {i}: {payload}")
-        if kind == "round":
-            m = payload
-            rows.append({"config": label, "node": i, "round": int(len([r for r in rows if r["node"] == i]) + 1),
-                         "reward_mean": m.get("reward/mean", 0.0), "accuracy": m.get("accuracy/mean", 0.0),
-                         "groups_local_with_signal": m.get("groups/local_with_signal", 0.0),
-                         "groups_external": m.get("groups/external", 0.0),
-                         "groups_trained": m.get("groups/trained", 0.0), "round_seconds": m.get("time/round", 0.0)})
-            print(f"[{label} node{i}] round {rows[-1]['round']}/{args.rounds}: reward {m.get('reward/mean', 0):.3f}, "
-                  f"external {m.get('groups/external', 0):.0f}, {m.get('time/round', 0):.0f} s", flush=True)
-        elif kind == "done":
-            done.add(i)
+    def factory(node):
+        nonlocal shared
+        if shared is None:
+            inner, _ = make_sampler(node.cfg.sampler, node.policy, paths.cache_dir())
+            if inner.name != "llamacpp":
+                return inner  # transformers samples from the node's own model: nothing to share
+            shared = SharedSampler(inner)
+        return shared.view(node)
 
     try:
-        start(0)  # the first node alone: it converts the model once for the others, and hosts
-        while True:
-            kind, i, payload = messages.get(timeout=args.timeout)
-            if kind == "ready":
-                join = payload or None
-                break
-            handle(kind, i, payload)
-        for i in range(1, args.nodes):
-            start(i)
-        while len(done) < args.nodes:
-            try:
-                kind, i, payload = messages.get(timeout=args.timeout)
-            except queue.Empty:
-                raise RuntimeError(f"configuration {label}: no node reported for {args.timeout:.0f} s") from None
-            if kind != "ready":
-                handle(kind, i, payload)
+        join = None
+        for i in range(args.nodes):
+            node = Node(node_config(args, out, seed, label, i, local, external, join), _Hooks(f"s{seed} {label} n{i}"),
+                        sampler_factory=factory)
+            node.setup()
+            if nodes:
+                share_frozen_weights(node.policy.model, nodes[0].policy.model)
+            elif node.source is not None:
+                join = node.source.join_address
+            nodes.append(node)
+        for r in range(1, args.rounds + 1):
+            for i, node in enumerate(nodes):
+                m = node.run_round(final=r == args.rounds)
+                rows.append(_row(seed, label, i, r, m))
+                held = f", held-out {m['eval/solve_rate']:.3f}" if "eval/solve_rate" in m else ""
+                print(f"[seed {seed} {label} node{i}] round {r}/{args.rounds}: solved {m.get('accuracy/mean', 0):.3f}, "
+                      f"external {m.get('groups/external', 0):.0f}, {m.get('time/round', 0):.1f} s{held}", flush=True)
     finally:
-        all_done.set()
-        for p in procs:
-            p.join(60)
-            if p.is_alive():
-                p.terminate()
-                p.join(10)
+        for node in nodes:
+            node.close()
+        if shared is not None:
+            shared.inner.close()
     return rows
 
 
-def cumulative(rows: list[dict]) -> dict[str, list[float]]:
-    """config -> cumulative (over rounds) sum over nodes of each round's mean reward."""
-    out: dict[str, list[float]] = {}
-    for label in dict.fromkeys(r["config"] for r in rows):
-        per_round: dict[int, float] = {}
-        for r in rows:
-            if r["config"] == label:
-                per_round[r["round"]] = per_round.get(r["round"], 0.0) + r["reward_mean"]
-        total, series = 0.0, []
-        for rnd in sorted(per_round):
-            total += per_round[rnd]
-            series.append(total)
-        out[label] = series
+# --- the measure ----------------------------------------------------------------------------------
+
+
+def final_solve_rates(rows: list[dict]) -> dict[tuple[int, str], list[float]]:
+    """(seed, config) -> each node's held-out solve rate at its last evaluated round."""
+    last: dict[tuple[int, str, int], tuple[int, float]] = {}
+    for r in rows:
+        if r["eval_solve_rate"] != "":
+            key = (int(r["seed"]), r["config"], int(r["node"]))
+            if key not in last or int(r["round"]) >= last[key][0]:
+                last[key] = (int(r["round"]), float(r["eval_solve_rate"]))
+    out: dict[tuple[int, str], list[float]] = {}
+    for (seed, config, node), (_, rate) in sorted(last.items()):
+        out.setdefault((seed, config), []).append(rate)
     return out
 
 
-def write_outputs(rows: list[dict], out: Path, title: str) -> list[str]:
+def mean_ci(xs: list[float]) -> tuple[float, float, float]:
+    """Mean and its two-sided 95 % t-interval (the mean itself for one value)."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, m, m
+    df = len(xs) - 1
+    t = _T975.get(df) or next((v for k, v in sorted(_T975.items()) if k >= df), 1.96)
+    half = t * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+def difference(rows: list[dict], isolated: str, sharing: str) -> tuple[list[float], tuple[float, float, float]]:
+    """Per seed: mean final solve rate of the sharing nodes - that of the isolated nodes; and the
+    mean of those with its 95 % t-interval over seeds."""
+    finals = final_solve_rates(rows)
+    seeds = sorted({s for s, c in finals if c == isolated} & {s for s, c in finals if c == sharing})
+    diffs = [statistics.fmean(finals[(s, sharing)]) - statistics.fmean(finals[(s, isolated)]) for s in seeds]
+    return diffs, (mean_ci(diffs) if diffs else (math.nan, math.nan, math.nan))
+
+
+def write_outputs(rows: list[dict], out: Path, title: str, configs: list[str]) -> list[str]:
     with open(out / "experiment.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
         writer.writerows(rows)
-    curves = cumulative(rows)
+    finals = final_solve_rates(rows)
     lines = []
-    for label, series in curves.items():
-        mine = [r for r in rows if r["config"] == label]
-        ext = sum(r["groups_external"] for r in mine) / max(1, len(mine))
-        lines.append(f"{label}: cumulative reward {series[-1] if series else 0:.3f} over {len(series)} rounds, "
-                     f"accuracy {sum(r['accuracy'] for r in mine) / max(1, len(mine)):.3f}, "
-                     f"{ext:.2f} external groups per node-round")
+    for c in configs:
+        rates = [x for (s, cc), xs in finals.items() if cc == c for x in xs]
+        mine = [r for r in rows if r["config"] == c]
+        if rates:
+            m, lo, hi = mean_ci(rates)
+            ext = statistics.fmean(r["groups_external"] for r in mine)
+            lines.append(f"{c}: final held-out solve rate {m:.3f} (95% CI {lo:.3f}..{hi:.3f}) over {len(rates)} nodes, "
+                         f"{ext:.2f} external groups per node-round")
+    diffs: list[float] = []
+    if len(configs) >= 2:
+        for c in configs[1:]:
+            diffs, (m, lo, hi) = difference(rows, configs[0], c)
+            if diffs:
+                lines.append(f"{c} - {configs[0]}: {m:+.3f} (95% CI {lo:+.3f}..{hi:+.3f}) over {len(diffs)} seeds; "
+                             f"per seed " + ", ".join(f"{d:+.3f}" for d in diffs))
     (out / "summary.txt").write_text(title + "\n" + "\n".join(lines) + "\n")
-    try:
-        import matplotlib
+    _plot(rows, out / "experiment.png", title, configs)
+    return lines
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError:
-        lines.append("(matplotlib is not installed: no experiment.png)")
-        return lines
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-    for label, series in curves.items():
-        ax.plot(range(1, len(series) + 1), series, marker="o", label=f"{label} (local/external)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+def _plot(rows: list[dict], path: Path, title: str, configs: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120, gridspec_kw={"width_ratios": [3, 1]})
+    for c in configs:
+        by_round: dict[int, list[float]] = {}
+        for r in rows:
+            if r["config"] == c and r["eval_solve_rate"] != "":
+                by_round.setdefault(int(r["round"]), []).append(float(r["eval_solve_rate"]))
+        xs = sorted(by_round)
+        ax.plot(xs, [statistics.fmean(by_round[x]) for x in xs], marker="o", label=f"{c} (local/external)")
     ax.set_xlabel("round")
-    ax.set_ylabel("cumulative reward (sum over nodes of mean reward)")
-    ax.set_title(title, fontsize=9)
+    ax.set_ylabel("held-out solve rate (mean over nodes and seeds)")
+    ax.set_title(title, fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend()
+    if len(configs) >= 2:
+        diffs, (m, lo, hi) = difference(rows, configs[0], configs[1])
+        bx.scatter([0] * len(diffs), diffs, color="gray", label="one seed")
+        if diffs:
+            bx.errorbar([0.3], [m], yerr=[[m - lo], [hi - m]], fmt="o", color="black", capsize=4, label="mean, 95% CI")
+        bx.axhline(0, color="red", lw=0.8)
+        bx.set_xlim(-0.5, 0.8)
+        bx.set_xticks([])
+        bx.set_title(f"{configs[1]} - {configs[0]}, final", fontsize=8)
+        bx.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "experiment.png")
+    fig.savefig(path)
     plt.close(fig)
-    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sapo-experiment", description=__doc__.splitlines()[0])
-    p.add_argument("--nodes", type=int, default=3, help="nodes per configuration, N")
-    p.add_argument("--rounds", type=int, default=10, help="rounds per node")
-    p.add_argument("--configs", default="4/0,2/2", help="I/J configurations, same I + J each, e.g. 4/0,2/2")
+    p.add_argument("--nodes", type=int, default=4, help="nodes per configuration, N")
+    p.add_argument("--seeds", type=int, default=3, help="repetitions with other seeds")
+    p.add_argument("--rounds", type=int, default=100, help="rounds per node")
+    p.add_argument("--configs", default="2/0,1/1", help="I/J configurations, the same I + J each; the first is "
+                                                         "the baseline the others are compared with")
     p.add_argument("--model", default="smollm2-135m-instruct", help="catalogue id (tiny-random for a dry run)")
     p.add_argument("--tasks", default="", help="comma-separated datasets (default: the node's easy mix)")
     p.add_argument("--group-size", type=int, default=4, help="completions per question, G")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--window-seconds", type=float, default=300.0, help="swarm.window_seconds")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds without news before giving up")
+    p.add_argument("--threads", type=int, default=0, help="sampler and torch threads (0 = physical cores)")
+    p.add_argument("--eval-every", type=int, default=50, help="held-out evaluation every this many rounds")
+    p.add_argument("--eval-questions", type=int, default=16, help="held-out questions per dataset")
+    p.add_argument("--eval-samples", type=int, default=2, help="completions per held-out question")
+    p.add_argument("--window-seconds", type=float, default=60.0, help="swarm.window_seconds")
+    p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--out", default="", help="output directory (default: experiment-<time> here)")
     return p
 
@@ -243,20 +318,23 @@ def main(argv: list[str] | None = None) -> int:
     if len({i + j for i, j in configs}) != 1:
         print("sapo-experiment: warning: the configurations do not all train on the same number of groups "
               "per update (I + J), so they are not the paper's comparison", file=sys.stderr)
-    if args.nodes < 1 or args.rounds < 1:
-        raise SystemExit("--nodes and --rounds must be at least 1")
+    if args.nodes < 1 or args.rounds < 1 or args.seeds < 1:
+        raise SystemExit("--nodes, --rounds and --seeds must be at least 1")
     args.stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or f"experiment-{args.stamp}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    title = (f"SAPO in miniature: {args.nodes} nodes × {args.rounds} rounds, {args.model}, "
-             f"G={args.group_size}, ≤{args.max_new_tokens} tokens")
-    print(title, f"→ {out}", flush=True)
+    labels = [f"{i}/{j}" for i, j in configs]
+    title = (f"SAPO: {args.nodes} nodes x {args.rounds} rounds x {args.seeds} seeds, {args.model}, "
+             f"G={args.group_size}, <={args.max_new_tokens} tokens, held-out {args.eval_questions} q/dataset "
+             f"x {args.eval_samples}")
+    print(title, f"-> {out}", flush=True)
     rows: list[dict] = []
     started = time.time()
-    for local, external in configs:
-        rows += run_configuration(args, out, local, external)
-        write_outputs(rows, out, title)  # keep what is done if a later configuration fails
-    lines = write_outputs(rows, out, title)
+    for seed in range(args.seed, args.seed + args.seeds):
+        for local, external in configs:
+            rows += run_configuration(args, out, seed, local, external)
+            write_outputs(rows, out, title, labels)  # keep what is done if a later run fails
+    lines = write_outputs(rows, out, title, labels)
     print(f"done in {(time.time() - started) / 60:.1f} min; {out / 'experiment.csv'}, {out / 'experiment.png'}")
     for line in lines:
         print(line)

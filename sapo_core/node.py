@@ -23,6 +23,9 @@ the SAPO paper (arXiv 2509.08721) or GRPO:
   with an injected link or a garbage preamble is not text to imitate (issue 10). Each peer
   group is trained at most once, and at most swarm.max_external_tokens tokens of them per
   update.
+- A held-out evaluation (`evaluation.py`) runs before round 1, every eval.every_rounds rounds
+  and after the last round of a run of set length; training never draws its questions. The
+  reward is correctness (1 right, 0 wrong) unless tasks.partial_credit (issue 11).
 - The default task mix and difficulty are easy ones a 135M model can sometimes solve
   (FACTS.md: it scores ~0 on the paper's full mix), with a curriculum that raises them.
 """
@@ -43,11 +46,13 @@ import torch
 from sapo_core import grpo, paths
 from sapo_core.checkpoint import CheckpointState, Checkpoints
 from sapo_core.config import NodeConfig, dump_config
+from sapo_core.evaluation import Evaluator, EvalSettings, HeldOut
 from sapo_core.fsutil import atomic_write_bytes
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.policy import TINY_RANDOM, Policy, load_policy
 from sapo_core.rollouts import Completion, Group
 from sapo_core.sampler import SamplerError, SamplingParams, make_fallback_sampler, make_sampler
+from sapo_core.sampler.llamacpp import DRIFT_LIMIT
 from sapo_core.store import STORE_NAME, RunStore
 from sapo_core.tasks import TaskSet
 from sapo_core.swarm.verify import likelihood_score
@@ -106,6 +111,8 @@ class Node:
         self._sampler_reason = ""
         self._sampler_factory = sampler_factory
         self._receipts: list[tuple[str, int, int]] = []  # external groups trained last round
+        self._evaluator = None
+        self._identity = "alone"
 
     # --- start-up -----------------------------------------------------------------------
     def setup(self) -> None:
@@ -126,8 +133,11 @@ class Node:
         if self._source is None:
             self._source = self._open_source()
         identity = getattr(self._source, "node_id", "alone") if self._source else "alone"
-        # nodes of one swarm must not all draw the same questions: the seed mixes in the identity
-        self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity))
+        self._identity = identity
+        # nodes of one swarm must not all draw the same questions: the seed mixes in the identity;
+        # training skips the held-out evaluation's questions, also with evaluation off: what we
+        # train on we share, and peers evaluate on the same set
+        self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity), held_out=HeldOut(cfg.eval.questions))
         self._resume()
         self._write_config_snapshot()
         if self._sampler_factory is not None:
@@ -137,6 +147,12 @@ class Node:
         self._sampler.set_threads(threads)
         self._sampler.sync_policy(self.policy)
         hooks.log("info", f"sampler: {self._sampler_reason}")
+        self._evaluator = None
+        if cfg.eval.enabled:
+            settings = EvalSettings(samples=cfg.eval.samples, greedy=cfg.eval.greedy,
+                                    temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p,
+                                    max_new_tokens=cfg.sampler.max_new_tokens)
+            self._evaluator = Evaluator(self.tasks, settings, cfg.eval.questions, paths.cache_dir())
 
     def _open_source(self):
         if not self.cfg.swarm.enabled or self.cfg.round.external_groups == 0:
@@ -184,19 +200,26 @@ class Node:
         self.store.set_meta("model_id", self.policy.model_id)
 
     # --- the round ----------------------------------------------------------------------
-    def run_round(self) -> dict[str, float]:
+    def run_round(self, final: bool = False) -> dict[str, float]:
+        """One round; `final`: the run stops after it (a set number of rounds), so the held-out
+        evaluation runs at its end whatever eval.every_rounds says."""
         assert self.policy is not None, "call setup() first"
         cfg, hooks, policy, shape = self.cfg, self.hooks, self.policy, self.shape
         r = self.next_round
         started = time.time()
         timer = _PhaseTimer()
         rng = random.Random(mixed_seed(cfg.seed, "round", r))
+        evaluated: dict[str, float] = {}
+        if r == 1 and self._evaluator is not None:  # round 0: the base model, before any update
+            with timer("eval"):
+                evaluated = self.evaluate()
 
         # 1. sample: I questions of our own, G completions each
         with timer("sample"):
             questions = self.tasks.sample_questions(r, shape.local)
             prompts = [policy.encode_prompt(self.tasks.messages(q)) for q in questions]
-            seeds = [mixed_seed(cfg.seed, r, k) for k in range(len(questions))]
+            # the identity too: nodes at the same round must not draw the same per-token randomness
+            seeds = [mixed_seed(cfg.seed, self._identity, r, k) for k in range(len(questions))]
             params = SamplingParams(n=shape.group_size, max_new_tokens=cfg.sampler.max_new_tokens,
                                     temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p,
                                     stop_token_ids=policy.eos_ids)
@@ -240,22 +263,31 @@ class Node:
             figures = self.trainer.update(train_seqs, hooks) if train_seqs else {"train/steps": 0.0}
         with timer("sync"):
             if train_seqs:
+                self._check_drift(figures.get("sampler/logprob_drift"))
                 self._sampler.sync_policy(policy)
 
-        # 7. record: figures, checkpoint (atomic), store row
+        # 7. held-out evaluation every eval.every_rounds and at the end of the run
+        every = cfg.eval.every_rounds
+        if self._evaluator is not None and (final or (every and r % every == 0)):
+            with timer("eval"):
+                evaluated.update(self.evaluate())
+
+        # 8. record: figures, the next round's size, checkpoint (atomic), store row
         metrics = self._round_figures(local, external, trained_groups, samples, timer)
         metrics.update(figures)
+        metrics.update(evaluated)
         if self._source is not None:
             self._swarm_step("stats", swarm_failures, lambda: metrics.update(self._source.stats()))
             metrics.update(swarm_failures)
+        # the round's own time, without the evaluation: that is what auto-scaling sizes
+        metrics["time/round"] = time.time() - started - timer.seconds.get("eval", 0.0)
+        self._autoscale(metrics["time/round"])  # before the checkpoint: a resumed node runs at the new size
         with timer("save"):
             hooks.progress("save", 0, 1)
-            metrics["time/round"] = time.time() - started
             self._save(r, metrics, started)
         metrics["time/save"] = timer.seconds["save"]
         self.store.record_round(r, metrics, started)
         self.next_round = r + 1
-        self._autoscale(metrics["time/round"])
         return metrics
 
     # metric counting a swarm step that raised (swarm/publish_failed is taken: failed DHT stores)
@@ -276,6 +308,43 @@ class Node:
             self.hooks.log("error", f"swarm: {what} failed, this round goes on without sharing: "
                                     f"{type(e).__name__}: {e}")
             return None
+    def evaluate(self) -> dict[str, float]:
+        """The held-out figures (`eval/...`) of the policy as the sampler now follows it."""
+        if self._evaluator is None:
+            return {}
+        t0 = time.perf_counter()
+        try:
+            m = self._evaluator.run(self._sampler, self.policy, self.hooks)
+        except SamplerError as e:  # the next round's sampling falls back to transformers; skip this one
+            self.hooks.log("error", f"held-out evaluation skipped: sampler {self._sampler.name} failed ({e})")
+            return {}
+        m["time/eval"] = time.perf_counter() - t0
+        gain = f", gain {m['eval/gain']:+.3f} ({m['eval/gain_ci_low']:+.3f}..{m['eval/gain_ci_high']:+.3f})" \
+            if "eval/gain" in m else ""
+        self.hooks.log("info", f"held-out: solve rate {m['eval/solve_rate']:.3f}{gain}, {m['time/eval']:.0f} s")
+        return m
+
+    def _check_drift(self, drift: float | None) -> None:
+        """Sampler and trainer disagree on the sampled tokens' log-probs beyond DRIFT_LIMIT: the
+        importance ratios are then off from the first step. Sample from the F16 export instead."""
+        if drift is None or not drift > DRIFT_LIMIT or self._sampler.name != "llamacpp":
+            return
+        if self.cfg.sampler.quantization == "f16":
+            self.hooks.log("warning", f"sampler log-probs drift {drift:.3f} nats/token from the trainer's "
+                                      f"(limit {DRIFT_LIMIT}) even on the F16 export")
+            return
+        self.hooks.log("warning", f"sampler log-probs drift {drift:.3f} nats/token from the trainer's (limit "
+                                  f"{DRIFT_LIMIT}) with sampler.quantization = {self.cfg.sampler.quantization}: "
+                                  "switching to the F16 export (set sampler.quantization = \"f16\" to keep it)")
+        self.cfg = self.cfg.replace(**{"sampler.quantization": "f16"})
+        old = self._sampler
+        try:
+            self._sampler, self._sampler_reason = make_sampler(self.cfg.sampler, self.policy, paths.cache_dir())
+        except SamplerError as e:
+            self.hooks.log("error", f"could not start the F16 sampler ({e}); keeping the old one")
+            return
+        old.close()
+        self._sampler.set_threads(self.cfg.sampler.threads or _physical_cores())
 
     def _sample(self, prompts, seeds, params):
         try:

@@ -8,6 +8,12 @@ per completion (None: this reward does not apply), with per-completion metadata 
   (with the question's answer shape, see `answer_shape`). Needs
   `dataset=[name, ...]`, `entry=[rg_entry, ...]` and `config=[rg_config, ...]` (some scorers
   read their tolerance from the dataset config, e.g. decimal_arithmetic).
+- `correct`: 1 when `accuracy` is full marks, else 0 -- the reward nodes train on by default
+  (issue 11): ReasoningGYM's partial credit (0.05 for any wrong fraction, 0.1 for any wrong
+  weekday, 0.5 for "13" when the answer is "3") divided by a flat group's tiny std weighs as
+  much as a right answer, so advantages, the zero-advantage filter and
+  `groups/local_with_signal` stop meaning what they say. `TaskConfig.partial_credit` brings
+  `accuracy` back as the training reward.
 - `format`: 1 when the completion states its answer in the asked form (`Answer: ...`),
   else 0. Off by default (TaskConfig.format_reward = 0): the SAPO paper tried a format
   reward and dropped it because the format spread through the swarm at once.
@@ -30,6 +36,7 @@ REWARDS: dict[str, RewardFn] = {}
 # Answers longer than this score 0 without reaching a scorer: no reference answer of our
 # levels comes near, and some scorers parse recursively (propositional_logic).
 MAX_ANSWER_CHARS = 2048
+SOLVED = 1.0  # ReasoningGYM's full marks: the only score that counts as a right answer
 
 
 def register(name: str) -> Callable[[RewardFn], RewardFn]:
@@ -361,6 +368,26 @@ def accuracy_reward(
     ]
 
 
+def is_solved(score: float) -> bool:
+    """A completion counts as solved (right) only at ReasoningGYM's full marks."""
+    return score >= SOLVED
+
+
+@register("correct")
+def correct_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[str],
+    *,
+    dataset: Sequence[str],
+    entry: Sequence[dict],
+    config: Sequence[Mapping[str, Any]],
+    **_: Any,
+) -> list[float | None]:
+    """1 for a completion whose extracted answer scores full marks, else 0 (no partial credit)."""
+    scores = accuracy_reward(prompts, completions, dataset=dataset, entry=entry, config=config)
+    return [1.0 if s is not None and is_solved(s) else 0.0 for s in scores]
+
+
 @register("format")
 def format_reward(prompts: Sequence[Any], completions: Sequence[str], **_: Any) -> list[float | None]:
     """1 for a completion that ends its work with an explicit 'Answer: ...', else 0."""
@@ -368,4 +395,5 @@ def format_reward(prompts: Sequence[Any], completions: Sequence[str], **_: Any) 
 
 
 __all__ = ["REWARDS", "RewardFn", "register", "extract_answer", "explicit_answer", "answer_shape", "clean_answer", "has_answer_line",
-           "score_answer", "accuracy_reward", "format_reward", "MAX_ANSWER_CHARS"]
+           "score_answer", "accuracy_reward", "correct_reward", "format_reward", "is_solved", "MAX_ANSWER_CHARS",
+           "SOLVED"]

@@ -28,7 +28,7 @@ import io
 import json
 import random
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sapo_core import paths
 
@@ -37,7 +37,7 @@ import reasoning_gym  # noqa: E402  (after the matplotlib cache is pointed at ou
 
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, TaskConfig
 from sapo_core.curriculum import Curriculum, LevelChange
-from sapo_core.rewards import REWARDS, extract_answer, score_answer
+from sapo_core.rewards import REWARDS, extract_answer, is_solved, score_answer
 from sapo_core.rollouts import Group, Question, QuestionId
 
 MAX_INDEX = 2**31  # question indices are 0 <= index < MAX_INDEX
@@ -249,14 +249,21 @@ def _round_rng(seed: int, round: int) -> random.Random:
     return random.Random(int.from_bytes(h, "little"))
 
 
+_HELD_OUT_REDRAWS = 1000  # far beyond need: the smallest level has ~200 texts, the held-out set <= 512
+
+
 class TaskSet:
     """The datasets a node trains on, their current levels, prompts and rewards."""
 
-    def __init__(self, cfg: TaskConfig, seed: int) -> None:
+    def __init__(self, cfg: TaskConfig, seed: int,
+                 held_out: Callable[[str, int, str], bool] | None = None) -> None:
+        """`held_out(dataset, level, text)`: True for a question training must skip (the held-out
+        evaluation's, `evaluation.HeldOut`)."""
         if not _is_int(seed) or not 0 <= seed < MAX_SEED:
             raise ValueError(f"seed must be an integer 0..{MAX_SEED - 1}, got {seed!r}")
         self.cfg = cfg
         self.seed = seed
+        self.held_out = held_out
         self.datasets: list[str] = [d for d in PAPER_SPECIALTIES if cfg.weights.get(d, 0) > 0]
         self._weights = [float(cfg.weights[d]) for d in self.datasets]
         self.curriculum = Curriculum(
@@ -282,8 +289,12 @@ class TaskSet:
         out = []
         for _ in range(n):
             dataset = rng.choices(self.datasets, weights=self._weights)[0]
-            qid = QuestionId(dataset, self.current_digest(dataset), self.seed, rng.randrange(MAX_INDEX))
-            out.append(regenerate(qid))
+            level = self.curriculum.level(dataset)
+            for _attempt in range(_HELD_OUT_REDRAWS):  # a held-out question's text: draw another index
+                q = regenerate(QuestionId(dataset, self.current_digest(dataset), self.seed, rng.randrange(MAX_INDEX)))
+                if self.held_out is None or not self.held_out(dataset, level, q.text):
+                    break
+            out.append(q)
         return out
 
     def regenerate(self, qid: QuestionId) -> Question:
@@ -294,21 +305,29 @@ class TaskSet:
         return build_messages(question, self.cfg.prompt, self.cfg.system_prompt)
 
     def reward_parts(self, question: Question, completions: Sequence[str]) -> dict[str, list[float]]:
-        """Each registered reward in use, by name: accuracy always, format when weighted."""
+        """Each reward in use, by name: `accuracy` (ReasoningGYM's score, partial credit included)
+        and `correct` (1 at full marks, else 0) always, `format` when weighted."""
         n = len(completions)
         config = LEVELS[question.id.dataset][KNOWN_CONFIGS[question.id.config_digest][1]]
         meta = {"dataset": [question.id.dataset] * n, "entry": [question.entry] * n, "config": [config] * n}
         prompts = [question.text] * n
-        parts = {"accuracy": REWARDS["accuracy"](prompts, completions, **meta)}
+        accuracy = [0.0 if v is None else float(v) for v in REWARDS["accuracy"](prompts, completions, **meta)]
+        parts = {"accuracy": accuracy, "correct": [1.0 if is_solved(a) else 0.0 for a in accuracy]}
         if self.cfg.format_reward > 0:
             parts["format"] = REWARDS["format"](prompts, completions, **meta)
         return {name: [0.0 if v is None else float(v) for v in values] for name, values in parts.items()}
 
     def score(self, question: Question, completions: Sequence[str]) -> list[float]:
-        """The reward of each completion: accuracy + format_reward * format."""
+        """The reward of each completion: correct (or accuracy with `partial_credit`) + format_reward * format.
+        The swarm's verifier re-scores peers' completions through here, so it follows the same setting."""
         parts = self.reward_parts(question, completions)
         fmt = parts.get("format", [0.0] * len(completions))
-        return [a + self.cfg.format_reward * f for a, f in zip(parts["accuracy"], fmt)]
+        base = parts["accuracy"] if self.cfg.partial_credit else parts["correct"]
+        return [a + self.cfg.format_reward * f for a, f in zip(base, fmt)]
+
+    def solved(self, question: Question, completions: Sequence[str]) -> list[bool]:
+        """Which completions are fully right (the solve rate's numerator), whatever the reward."""
+        return [c >= 1.0 for c in self.reward_parts(question, completions)["correct"]]
 
     def observe(self, group: Group) -> LevelChange | None:
         """Feed one of our own groups to the curriculum (peers' groups are ignored: they say
@@ -316,9 +335,8 @@ class TaskSet:
         if not group.is_local:
             return None
         question = group.question
-        accuracy = self.reward_parts(question, [c.text for c in group.completions])["accuracy"]
         _, level = level_of(question)
-        return self.curriculum.observe(question.id.dataset, level, [a >= 1.0 for a in accuracy])
+        return self.curriculum.observe(question.id.dataset, level, self.solved(question, [c.text for c in group.completions]))
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON data for the checkpoint."""

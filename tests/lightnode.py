@@ -14,7 +14,8 @@ def light_config(run_dir: str | Path, max_new_tokens: int = 16, **changes) -> No
     """The light node's config in `run_dir`; `changes` are dotted config keys ("train.kl_beta")."""
     base = {"model.name": "tiny-random", "sampler.backend": "transformers", "swarm.enabled": False,
             "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
-            "sampler.max_new_tokens": max_new_tokens, "round.auto_scale": False, "run_dir": str(run_dir)}
+            "sampler.max_new_tokens": max_new_tokens, "round.auto_scale": False, "run_dir": str(run_dir),
+            "eval.enabled": False}  # a random model's held-out evaluation would only slow the process tests
     return NodeConfig().replace(**{**base, **changes})
 
 

@@ -1,5 +1,6 @@
-"""sapo-experiment's pure parts: parsing configurations, the cumulative measure, its outputs.
-(The run itself is real nodes in processes: `sapo-experiment --model tiny-random` is its dry run.)"""
+"""sapo-experiment: configurations, the measure by hand (final held-out solve rates, the per-seed
+difference and its t-interval), its outputs, and a real dry run (tiny-random nodes in one process,
+a real swarm on loopback for the sharing configuration)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import csv
 
 import pytest
 
-from sapo_core.experiment import CSV_FIELDS, cumulative, node_config, build_parser, parse_configs, write_outputs
+from sapo_core.experiment import (
+    CSV_FIELDS, build_parser, difference, final_solve_rates, main, mean_ci, node_config, parse_configs, write_outputs,
+)
 
 
 def test_parse_configs():
@@ -17,37 +20,66 @@ def test_parse_configs():
             parse_configs(bad)
 
 
-def _row(config, node, rnd, reward):
-    return {"config": config, "node": node, "round": rnd, "reward_mean": reward, "accuracy": 0.0,
-            "groups_local_with_signal": 0, "groups_external": 2 if config == "2/2" else 0,
-            "groups_trained": 1, "round_seconds": 1.0}
+def _row(seed, config, node, rnd, held=""):
+    return {"seed": seed, "config": config, "node": node, "round": rnd, "reward_mean": 0.0, "solve_rate": 0.0,
+            "groups_local_with_signal": 0, "groups_external": 1 if config == "1/1" else 0, "groups_trained": 1,
+            "round_seconds": 1.0, "eval_solve_rate": held, "eval_solve_rate_base": 0.1}
 
 
-def test_cumulative_sums_nodes_then_accumulates_rounds():
-    rows = [_row("4/0", 0, 1, 0.1), _row("4/0", 1, 1, 0.2), _row("4/0", 0, 2, 0.5), _row("4/0", 1, 2, 0.0),
-            _row("2/2", 0, 1, 0.3)]
-    curves = cumulative(rows)
-    assert curves["4/0"] == pytest.approx([0.3, 0.8])
-    assert curves["2/2"] == pytest.approx([0.3])
+ROWS = [
+    # seed 0: isolated nodes end at 0.2 and 0.4, sharing at 0.5 and 0.5 -> +0.2
+    _row(0, "2/0", 0, 1, 0.1), _row(0, "2/0", 0, 2, 0.2), _row(0, "2/0", 1, 2, 0.4), _row(0, "2/0", 1, 1),
+    _row(0, "1/1", 0, 2, 0.5), _row(0, "1/1", 1, 2, 0.5), _row(0, "1/1", 1, 1, 0.9),
+    # seed 1: 0.3 against 0.3 -> 0; seed 2: 0.5 against 0.4 -> -0.1
+    _row(1, "2/0", 0, 2, 0.3), _row(1, "1/1", 0, 2, 0.3), _row(2, "2/0", 0, 2, 0.5), _row(2, "1/1", 0, 2, 0.4),
+]
+
+
+def test_final_solve_rates_take_each_nodes_last_evaluation():
+    finals = final_solve_rates(ROWS)
+    assert finals[(0, "2/0")] == [0.2, 0.4] and finals[(0, "1/1")] == [0.5, 0.5] and finals[(2, "1/1")] == [0.4]
+
+
+def test_difference_per_seed_and_its_t_interval_by_hand():
+    diffs, (m, lo, hi) = difference(ROWS, "2/0", "1/1")
+    assert diffs == pytest.approx([0.2, 0.0, -0.1])
+    # mean 0.0333, sd 0.1528, t(2) = 4.303: half-width 4.303 * 0.1528 / sqrt(3) = 0.3795
+    assert m == pytest.approx(0.0333, abs=1e-4) and hi - m == pytest.approx(0.3795, abs=1e-3) and m - lo == hi - m
+    assert mean_ci([0.25]) == (0.25, 0.25, 0.25)
 
 
 def test_outputs(tmp_path):
-    rows = [_row("4/0", 0, 1, 0.1), _row("2/2", 0, 1, 0.4), _row("2/2", 0, 2, 0.2)]
-    lines = write_outputs(rows, tmp_path, "title")
+    lines = write_outputs(ROWS, tmp_path, "title", ["2/0", "1/1"])
     with open(tmp_path / "experiment.csv") as f:
         read = list(csv.DictReader(f))
-    assert list(read[0]) == list(CSV_FIELDS) and len(read) == 3
+    assert list(read[0]) == list(CSV_FIELDS) and len(read) == len(ROWS)
     assert (tmp_path / "experiment.png").stat().st_size > 1000
-    assert "2/2: cumulative reward 0.600" in lines[1]
+    assert lines[-1].startswith("1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds")
     assert (tmp_path / "summary.txt").read_text().startswith("title\n")
 
 
 def test_node_configs_share_identities_across_configurations_not_swarms(tmp_path):
     args = build_parser().parse_args(["--nodes", "2"])
     args.stamp = "x"
-    a = node_config(args, tmp_path, "4/0", 1, 4, 0, None, 1)
-    b = node_config(args, tmp_path, "2/2", 1, 2, 2, "/ip4/127.0.0.1/tcp/1/p2p/QmX", 1)
-    assert a.swarm.identity_path == b.swarm.identity_path
+    a = node_config(args, tmp_path, 0, "2/0", 1, 2, 0, None)
+    b = node_config(args, tmp_path, 0, "1/1", 1, 1, 1, "/ip4/127.0.0.1/tcp/1/p2p/QmX")
+    c = node_config(args, tmp_path, 1, "1/1", 1, 1, 1, None)
+    assert a.swarm.identity_path == b.swarm.identity_path != c.swarm.identity_path
     assert not a.swarm.enabled and b.swarm.enabled and b.swarm.initial_peers
-    assert a.run_dir != b.run_dir
+    assert a.run_dir != b.run_dir and b.swarm.swarm_name != c.swarm.swarm_name
     assert a.round.local_groups + a.round.external_groups == b.round.local_groups + b.round.external_groups
+    assert a.eval.enabled and a.eval.every_rounds == 50
+
+
+@pytest.mark.network
+def test_a_dry_run_of_two_seeds_end_to_end(tmp_path, data_dir):
+    out = tmp_path / "out"
+    assert main(["--model", "tiny-random", "--nodes", "2", "--seeds", "2", "--rounds", "2", "--configs", "1/0,1/1",
+                 "--eval-every", "1", "--eval-questions", "1", "--eval-samples", "1", "--group-size", "2",
+                 "--max-new-tokens", "4", "--threads", "1", "--out", str(out)]) == 0
+    with open(out / "experiment.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 2 * 2 * 2  # seeds x configs x nodes x rounds
+    assert all(r["eval_solve_rate"] != "" for r in rows)
+    assert "1/1 - 1/0" in (out / "summary.txt").read_text()
+    assert (out / "experiment.png").is_file()

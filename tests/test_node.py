@@ -21,7 +21,7 @@ def tiny_config(run_dir, **changes) -> NodeConfig:
     base = {
         "run_dir": str(run_dir), "model.name": "tiny-random", "swarm.enabled": False,
         "round.local_groups": 2, "round.external_groups": 0, "sampler.group_size": 4,
-        "sampler.max_new_tokens": 12, "train.learning_rate": 1e-2,
+        "sampler.max_new_tokens": 12, "train.learning_rate": 1e-2, "eval.enabled": False,
         "swarm.likelihood_floor": 0.0,  # random weights find all text implausible; the floor is tested apart
     }
     base.update(changes)
@@ -267,5 +267,95 @@ def test_a_peer_completion_gets_our_stop_token_only_if_finished_and_not_cut(tmp_
         assert len(ids) == max_new and eos not in ids  # cut: never told it stopped
         cut_ids = node.policy.encode_completion(long_text)[:max_new]
         assert node._external_ids(Completion("x", token_ids=cut_ids, finished=False)) == cut_ids  # the verifier's ids
+    finally:
+        node.close()
+
+
+# --- held-out evaluation, seeds, checkpoint order, drift (issue 11) --------------------------------
+
+
+def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tmp_path, data_dir):
+    cfg = tiny_config(tmp_path / "run", **{"eval.enabled": True, "eval.questions": 2, "eval.samples": 2,
+                                           "eval.every_rounds": 3,
+                                           "round.external_groups": 1})
+    node = Node(cfg, source=SolvedGroups(cfg.tasks))
+    node.setup()
+    figures = [node.run_round(), node.run_round(final=True), node.run_round(), node.run_round()]
+    node.close()
+    with_eval = [i + 1 for i, m in enumerate(figures) if "eval/solve_rate" in m]
+    assert with_eval == [1, 2, 3]  # the baseline in round 1, the last round of a run, every 3 rounds
+    for key in ("eval/solve_rate", "eval/solve_rate_base", "eval/gain", "eval/gain_ci_low", "eval/gain_ci_high",
+                "eval/reward_mean", "eval/greedy_solve_rate", "eval/level_solve_rate", "eval/questions",
+                "eval/samples", "eval/basic_arithmetic/solve_rate", "time/eval"):
+        assert key in figures[0] and key in figures[1], key
+    assert figures[0]["eval/questions"] == 6 and figures[0]["eval/gain"] == 0.0
+    store = RunStore(tmp_path / "run" / "rounds.sqlite")
+    assert store.series("eval/solve_rate")[0] == [1, 2, 3]
+    store.close()
+
+
+def test_sampling_seeds_mix_in_the_node_identity(tmp_path, data_dir):
+    from sapo_core.sampler.transformers import TransformersSampler
+
+    seen = {}
+
+    class Recording(TransformersSampler):
+        def sample(self, prompts, seeds, params, hooks):
+            seen.setdefault(self.tag, list(seeds))
+            return super().sample(prompts, seeds, params, hooks)
+
+    class Named(SolvedGroups):
+        def __init__(self, tasks_cfg, node_id):
+            super().__init__(tasks_cfg)
+            self.node_id = node_id
+
+    for tag in ("peer-a", "peer-b"):
+        cfg = tiny_config(tmp_path / tag, **{"round.external_groups": 1, "eval.enabled": False})
+
+        def factory(node, tag=tag):
+            s = Recording(node.policy)
+            s.tag = tag
+            return s
+
+        node = Node(cfg, source=Named(cfg.tasks, tag), sampler_factory=factory)
+        node.setup()
+        node.run_round()
+        node.close()
+    assert seen["peer-a"] and not set(seen["peer-a"]) & set(seen["peer-b"])
+
+
+def test_the_checkpoint_holds_the_round_size_after_auto_scaling(tmp_path, data_dir):
+    cfg = tiny_config(tmp_path / "run", **{"round.auto_scale": True, "round.target_round_seconds": 0.01,
+                                           "round.local_groups": 2, "eval.enabled": False})
+    node = Node(cfg)
+    node.setup()
+    node.run_round()  # far slower than 0.01 s: the round shrinks
+    shrunk = dict(node.shape.__dict__)
+    node.close()
+    assert shrunk["local"] == 1
+    again = Node(cfg)
+    again.setup()
+    assert again.shape.__dict__ == shrunk
+    again.close()
+
+
+@pytest.mark.slow
+def test_drift_above_the_limit_falls_back_to_the_f16_export(tmp_path, data_dir):
+    from sapo_core.sampler.llamacpp import DRIFT_LIMIT, llamacpp_available
+
+    if not llamacpp_available()[0]:
+        pytest.skip("llama.cpp is not installed")
+    cfg = NodeConfig().replace(**{"run_dir": str(tmp_path / "run"), "swarm.enabled": False,
+                                  "round.external_groups": 0, "sampler.quantization": "q8_0",
+                                  "eval.enabled": False})
+    node = Node(cfg)
+    node.setup()
+    try:
+        q8 = node._sampler
+        node._check_drift(DRIFT_LIMIT / 2)
+        assert node._sampler is q8
+        node._check_drift(DRIFT_LIMIT * 3)
+        assert node._sampler is not q8 and node.cfg.sampler.quantization == "f16"
+        assert node._sampler.status()["model_path"].endswith(".f16.gguf")
     finally:
         node.close()

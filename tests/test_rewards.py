@@ -10,7 +10,8 @@ import pytest
 import reasoning_gym
 
 from sapo_core.rewards import (
-    MAX_ANSWER_CHARS, REWARDS, answer_shape, clean_answer, explicit_answer, extract_answer, has_answer_line, score_answer,
+    MAX_ANSWER_CHARS, REWARDS, answer_shape, clean_answer, explicit_answer, extract_answer, has_answer_line, is_solved,
+    score_answer,
 )
 
 
@@ -224,3 +225,19 @@ def test_peer_text_built_to_backtrack_still_extracts(attack):
     answers as before; tests/test_swarm_attacks.py bounds their time on a real victim."""
     for shape in (None, answer_shape("fraction_simplification"), answer_shape("basic_arithmetic")):
         assert extract_answer(attack + "\nAnswer: 3", shape) == "3"
+def test_registry_holds_the_rewards():
+    assert {"accuracy", "correct", "format"} <= set(REWARDS)
+
+
+@pytest.mark.parametrize("case", range(len(_score_table())))
+def test_correct_reward_is_one_at_full_marks_else_zero(case):
+    """The same table: partial credit (0.1 for a wrong weekday, 0.6 for '-27' inside other
+    text, 0.25 for a true but trivial formula) is 0 under correctness."""
+    dataset, config, e, completion, expected = _score_table()[case]
+    got = REWARDS["correct"]([e["question"]], [completion], dataset=[dataset], entry=[e], config=[config])
+    assert got == [1.0 if expected >= 1.0 else 0.0]
+
+
+@pytest.mark.parametrize("score, solved", [(1.0, True), (0.999, False), (0.5, False), (0.0, False)])
+def test_is_solved_only_at_full_marks(score, solved):
+    assert is_solved(score) is solved

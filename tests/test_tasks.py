@@ -170,7 +170,7 @@ def test_one_shot_examples_are_right_and_fixed(dataset):
 @pytest.mark.parametrize("dataset, level", [(d, i) for d in PAPER_SPECIALTIES for i in range(len(LEVELS[d]))])
 def test_reference_answers_in_the_asked_format_score_full(dataset, level):
     """Prompt format -> extraction -> ReasoningGYM scorer must fit every level's answers."""
-    tasks = TaskSet(ALL_NINE, seed=0)
+    tasks = TaskSet(dataclasses.replace(ALL_NINE, partial_credit=True), seed=0)  # to see the 0.25 of a tautology
     for index in range(3):
         q = regenerate(qid(dataset, level, index=index * 1000))
         answer = q.answer
@@ -190,6 +190,73 @@ def test_format_reward_is_off_by_default_and_adds_its_weight():
     completions = [f"Answer: {q.answer}", q.answer, "Answer: nonsense"]
     assert TaskSet(TaskConfig(), 0).score(q, completions) == [1.0, 1.0, 0.0]
     assert TaskSet(TaskConfig(format_reward=0.5), 0).score(q, completions) == [1.5, 1.0, 0.5]
+
+
+def _question(dataset: str, text: str, seed: int = 0) -> "Question":
+    """The first easy question of `seed` whose text starts with `text`."""
+    for index in range(20_000):
+        q = regenerate(qid(dataset, 0, seed=seed, index=index))
+        if q.text.startswith(text):
+            return q
+    raise AssertionError(f"no {dataset} question starting {text!r}")
+
+
+def _issue_11_table():
+    """Issue 11's examples: (question, completion, reward under correctness, with partial credit)."""
+    four_minus_one = _question("basic_arithmetic", "Calculate 4 - 1.")
+    assert four_minus_one.answer == "3"
+    frac = regenerate(qid("fraction_simplification", 0, index=3))
+    m = frac.entry["metadata"]
+    assert (m["numerator"], m["denominator"]) != (m["simplified_numerator"], m["simplified_denominator"])
+    right_frac = f"{m['simplified_numerator']}/{m['simplified_denominator']}"
+    day = next(q for q in (regenerate(qid("calendar_arithmetic", 0, index=i)) for i in range(200))
+               if q.answer in ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"))
+    wrong_day = "Sunday" if day.answer != "Sunday" else "Monday"
+    return [
+        (four_minus_one, "Answer: 3", 1.0, 1.0),
+        (four_minus_one, "Answer: 13", 0.0, 0.5),
+        (four_minus_one, "Answer: 3 or 3", 0.0, 1 / 6),
+        (four_minus_one, "Answer: " + " ".join(str(i) for i in range(21)), 0.0, 1 / 51),
+        (four_minus_one, "Answer: 4", 0.0, 0.0),
+        (frac, f"Answer: {right_frac}", 1.0, 1.0),
+        (frac, f"Answer: {m['numerator']}/{m['denominator']}", 0.0, 0.1),  # the question's own fraction
+        (frac, "Answer: 97/89", 0.0, 0.05),  # any wrong fraction
+        (day, f"Answer: {day.answer}", 1.0, 1.0),
+        (day, f"Answer: {wrong_day}", 0.0, 0.1),  # any wrong weekday
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_issue_11_table())))
+def test_reward_is_correctness_by_default_partial_credit_on_request(case):
+    q, completion, correct, partial = _issue_11_table()[case]
+    assert TaskSet(TaskConfig(), 0).score(q, [completion]) == [correct]
+    assert TaskSet(TaskConfig(partial_credit=True), 0).score(q, [completion]) == [pytest.approx(partial, abs=1e-3)]
+    assert TaskSet(TaskConfig(partial_credit=True), 0).solved(q, [completion]) == [correct == 1.0]
+
+
+def test_partial_credit_gives_signal_where_correctness_sees_none():
+    """Seven wrong fractions and the question's own: a 'signal' only partial credit invents."""
+    q = regenerate(qid("fraction_simplification", 0, index=3))
+    m = q.entry["metadata"]
+    texts = ["Answer: 97/89"] * 7 + [f"Answer: {m['numerator']}/{m['denominator']}"]
+    flat = _group(q, texts)
+    for c, r in zip(flat.completions, TaskSet(TaskConfig(), 0).score(q, texts)):
+        c.reward = r
+    assert not flat.has_signal()
+    for c, r in zip(flat.completions, TaskSet(TaskConfig(partial_credit=True), 0).score(q, texts)):
+        c.reward = r
+    assert flat.has_signal()
+
+
+def test_training_skips_held_out_questions():
+    cfg = TaskConfig(weights={"basic_arithmetic": 1.0})
+    free = TaskSet(cfg, seed=3)
+    drawn = [q.text for r in range(40) for q in free.sample_questions(r, 8)]
+    banned = set(drawn[::3])
+    held = TaskSet(cfg, seed=3, held_out=lambda dataset, level, text: text in banned)
+    kept = [q.text for r in range(40) for q in held.sample_questions(r, 8)]
+    assert len(kept) == len(drawn) and not banned & set(kept)
+    assert kept == [q.text for r in range(40) for q in held.sample_questions(r, 8)]  # still deterministic
 
 
 def test_score_survives_peer_garbage():
@@ -249,3 +316,20 @@ def test_state_round_trips_through_json():
 def test_task_config_rejects_nonsense(changes, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         TaskConfig(**changes)
+
+
+def test_the_swarm_verifier_rescores_with_the_same_reward_setting():
+    """verify.py re-scores peers' completions through TaskSet.score: under correctness a group of
+    wrong fractions has no signal (dropped), under partial credit the question's own fraction
+    'earns' 0.1 and the group passes."""
+    from sapo_core.swarm.records import Record, wire_group_of
+    from sapo_core.swarm.verify import verify_record
+
+    q = regenerate(qid("fraction_simplification", 0, index=3))
+    m = q.entry["metadata"]
+    group = _group(q, ["Answer: 97/89"] * 7 + [f"Answer: {m['numerator']}/{m['denominator']}"], source="peer-1")
+    record = Record(swarm="s", window=0, peer_id="peer-1", round=1, groups=(wire_group_of(group),))
+    strict = verify_record(record, TaskSet(TaskConfig(weights={"fraction_simplification": 1.0}), 0), "peer-1")
+    assert not strict.accepted and strict.rejected["zero_advantage"] == 1
+    lenient = verify_record(record, TaskSet(TaskConfig(partial_credit=True), 0), "peer-1")
+    assert len(lenient.accepted) == 1 and max(lenient.accepted[0].rewards) == pytest.approx(0.1)

@@ -45,6 +45,9 @@ def round_summary(r: int, m: dict[str, float]) -> str:
         parts.append(f"drift {m['sampler/logprob_drift']:.3f}")
     if "swarm/peers" in m:
         parts.append(f"peers {int(m['swarm/peers'])}")
+    if "eval/solve_rate" in m:  # a held-out evaluation ran in this round
+        parts.append(f"held-out {m['eval/solve_rate']:.3f}"
+                     + (f" (base {m['eval/solve_rate_base']:.3f})" if "eval/solve_rate_base" in m else ""))
     parts.append(f"{m.get('time/round', 0):.0f} s")
     return "  ".join(parts)
 

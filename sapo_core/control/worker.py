@@ -221,8 +221,9 @@ class Worker:
             if not self.ctl.between_rounds(node.next_round):
                 return self.ctl.stop_reason or "stopped"
             r = node.next_round
+            last = bool(rounds and done + 1 >= rounds) or bool(cfg.round.max_rounds and r >= cfg.round.max_rounds)
             try:
-                metrics = node.run_round()
+                metrics = node.run_round(final=last)  # the last round of a set length ends with an evaluation
             except Interrupted:
                 self.ctl.log("info", f"stopped during round {r}; it runs again on the next start")
                 return self.ctl.stop_reason or "stopped"

@@ -1,0 +1,219 @@
+"""Held-out evaluation: the set is fixed and never drawn by training, the bootstrap is right by
+hand, the figures carry the names the GUI reads, the base model's result is cached, and a real
+(tiny-random) policy is measured through a real sampler."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from sapo_core.config import DEFAULT_TASK_WEIGHTS, PAPER_SPECIALTIES, ModelConfig, TaskConfig
+from sapo_core.evaluation import (
+    EVAL_SEED, MAX_EVAL_QUESTIONS, EvalScores, EvalSettings, Evaluator, HeldOut, base_weights, eval_question,
+    eval_set, gains_by_dataset, load_cached, paired_bootstrap, set_name, summarize,
+)
+from sapo_core.tasks import LEVELS, MAX_INDEX, MAX_SEED, TaskSet, _generate
+
+DEFAULT = tuple(DEFAULT_TASK_WEIGHTS)
+
+# --- the set ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dataset", PAPER_SPECIALTIES)
+def test_reasoning_gym_item_i_of_seed_s_is_item_0_of_seed_s_plus_i(dataset):
+    """What disjointness rests on: an item depends on seed + index alone, so every training draw
+    (seed < MAX_SEED, index < MAX_INDEX) is an item below MAX_SEED + MAX_INDEX <= EVAL_SEED."""
+    assert _generate(dataset, 0, 1000, 37)["question"] == _generate(dataset, 0, 1037, 0)["question"]
+    assert EVAL_SEED >= MAX_SEED + MAX_INDEX
+
+
+def test_the_set_is_the_same_every_time_and_in_a_fresh_process():
+    levels = {d: 0 for d in DEFAULT}
+    a = eval_set(DEFAULT, levels, 5)
+    b = eval_set(DEFAULT, levels, 5)
+    assert [(q.id, q.text, q.answer) for q in a] == [(q.id, q.text, q.answer) for q in b]
+    assert len(a) == 15 and all(q.id.seed == EVAL_SEED for q in a)
+    script = ("import json\nfrom sapo_core.evaluation import eval_set, set_name\n"
+              f"print(json.dumps(set_name(eval_set({list(DEFAULT)!r}, {levels!r}, 5))))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == set_name(a)
+
+
+def test_levels_give_other_questions_and_indices_are_bounded():
+    assert eval_question("basic_arithmetic", 0, 3).text != eval_question("basic_arithmetic", 2, 3).text
+    with pytest.raises(ValueError):
+        eval_question("basic_arithmetic", 0, MAX_EVAL_QUESTIONS)
+
+
+def test_training_never_draws_a_held_out_question():
+    """Easy basic_arithmetic has ~240 texts, so seeds alone do not keep them apart: the texts do."""
+    held = HeldOut(32)
+    tasks = TaskSet(TaskConfig(), seed=7, held_out=held)
+    drawn = [q for r in range(150) for q in tasks.sample_questions(r, 4)]
+    for q in drawn:
+        assert q.text not in held.texts(q.id.dataset, 0)
+    unfiltered = TaskSet(TaskConfig(), seed=7)
+    collisions = [q for r in range(150) for q in unfiltered.sample_questions(r, 4)
+                  if q.text in held.texts(q.id.dataset, 0)]
+    assert collisions  # without the filter training would see some of them
+
+
+# --- the figures ------------------------------------------------------------------------------
+
+
+def test_paired_bootstrap_by_hand():
+    assert paired_bootstrap([0.5, 0.25], [0.5, 0.25]) == (0.0, 0.0, 0.0)
+    assert paired_bootstrap([0.75, 1.0, 0.5], [0.5, 0.75, 0.25]) == pytest.approx((0.25, 0.25, 0.25))
+    gain, lo, hi = paired_bootstrap([1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0], seed=3)
+    assert gain == 0.5 and 0.0 <= lo <= gain <= hi <= 1.0 and lo < hi
+    assert paired_bootstrap([1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0], seed=3) == (gain, lo, hi)
+    with pytest.raises(ValueError):
+        paired_bootstrap([1.0], [])
+
+
+def _scores(solved, datasets=None, greedy=()):
+    n = len(solved)
+    return EvalScores(keys=[f"q{i}" for i in range(n)], datasets=datasets or ["a"] * n, solved=solved,
+                      rewards=[[x * 1.0 for x in s] for s in solved], greedy=list(greedy))
+
+
+def test_summarize_names_the_figures_as_the_interface_says():
+    base = _scores([[0, 0], [0, 1], [0, 0], [1, 1]], ["a", "a", "b", "b"], greedy=[0, 0, 0, 1])
+    now = _scores([[1, 0], [1, 1], [0, 1], [1, 1]], ["a", "a", "b", "b"], greedy=[1, 1, 0, 1])
+    m = summarize(now, base)
+    assert m["eval/solve_rate"] == 6 / 8 and m["eval/solve_rate_base"] == 3 / 8
+    assert m["eval/gain"] == pytest.approx(3 / 8) and m["eval/gain_ci_low"] <= 3 / 8 <= m["eval/gain_ci_high"]
+    assert m["eval/greedy_solve_rate"] == 0.75 and m["eval/reward_mean"] == 6 / 8
+    assert m["eval/a/solve_rate"] == 0.75 and m["eval/b/solve_rate"] == 0.75
+    assert (m["eval/questions"], m["eval/samples"]) == (4, 2)
+    assert "eval/gain" not in summarize(now, None)
+    by = gains_by_dataset(now, base)
+    assert by["a"]["base"] == 0.25 and by["a"]["current"] == 0.75 and by["all"]["gain"] == pytest.approx(3 / 8)
+    assert by["all"]["greedy_base"] == 0.25 and by["all"]["greedy_current"] == 0.75
+
+
+# --- measuring a real policy ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from sapo_core import modelfiles, paths
+    from sapo_core.policy import load_policy
+    from sapo_core.sampler.transformers import TransformersSampler
+
+    policy = load_policy(ModelConfig(name="tiny-random"), None, paths.cache_dir() / "hf", seed=1,
+                         tokenizer_gguf=modelfiles.embedded_gguf_path())
+    return policy, TransformersSampler(policy)
+
+
+def test_the_base_is_measured_once_then_read_from_the_cache(tiny, tmp_path):
+    policy, sampler = tiny
+    tasks = TaskSet(TaskConfig(), seed=0)
+    settings = EvalSettings(samples=2, greedy=True, temperature=1.0, top_p=1.0, max_new_tokens=6)
+    first = Evaluator(tasks, settings, 2, tmp_path)
+    m = first.run(sampler, policy, _Hooks())
+    assert m["eval/questions"] == 6 and m["eval/samples"] == 2 and m["eval/gain"] == 0.0
+    assert m["eval/level_solve_rate"] == m["eval/solve_rate"]
+    cached = list((tmp_path / "eval").glob("base-*.json"))
+    assert len(cached) == 1 and load_cached(cached[0], first.questions).keys == first.base.keys
+    cached[0].write_text(json.dumps({**json.loads(cached[0].read_text()), "solved": [[1.0, 1.0]] * 6}))
+    second = Evaluator(tasks, settings, 2, tmp_path)  # reads the (doctored) cache, measures nothing new
+    m2 = second.run(sampler, policy, _Hooks())
+    assert m2["eval/solve_rate_base"] == 1.0
+
+
+def test_base_weights_zero_the_adapter_and_restore_it(tiny):
+    policy, sampler = tiny
+    before = policy.trainable_state_dict()
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.01)
+    trained = policy.trainable_state_dict()
+    version = policy.version
+    with base_weights(policy, sampler):
+        assert policy.version == -1
+        assert all(float(p.abs().sum()) == 0 for n, p in policy.model.named_parameters() if "lora_B" in n)
+    after = policy.trainable_state_dict()
+    assert policy.version == version and all(torch.equal(trained[k], after[k]) for k in trained)
+    policy.load_trainable_state_dict(before)
+
+
+class _Hooks:
+    def __init__(self):
+        self.phases = set()
+
+    def checkpoint(self):
+        return None
+
+    def progress(self, phase, done, total, **info):
+        self.phases.add(phase)
+
+    def log(self, level, message):
+        return None
+
+
+def test_levels_above_the_start_are_measured_too(tiny, tmp_path):
+    policy, sampler = tiny
+    tasks = TaskSet(TaskConfig(weights={"basic_arithmetic": 1.0}, curriculum_window=4), seed=0)
+    q = tasks.sample_questions(0, 1)[0]
+    from sapo_core.rollouts import Completion, Group
+
+    tasks.observe(Group(question=q, completions=[Completion(text=f"Answer: {q.answer}")] * 4))
+    assert tasks.curriculum.level("basic_arithmetic") == 1
+    hooks = _Hooks()
+    m = Evaluator(tasks, EvalSettings(samples=1, greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=4), 2,
+                  tmp_path).run(sampler, policy, hooks)
+    assert "eval/basic_arithmetic/level_solve_rate" in m and "eval/level_solve_rate" in m
+    assert hooks.phases == {"eval"}
+    assert LEVELS  # the module's levels are what the set is built from
+
+
+# --- sapo-node eval and the worker's last round ------------------------------------------------------
+
+
+def test_sapo_node_eval_compares_a_checkpoint_with_the_base(tmp_path, data_dir):
+    from sapo_core.cli import main
+    from sapo_core.commands.eval import checkpoint_dir, evaluate_run, format_table
+    from sapo_core.node import Node
+    from lightnode import light_config
+
+    run = tmp_path / "run"
+    node = Node(light_config(run, max_new_tokens=6, **{"eval.questions": 2, "eval.samples": 2}))
+    node.setup()
+    node.run_round()
+    node.run_round()
+    node.close()
+    with pytest.raises(SystemExit, match="there are: 1, 2"):
+        checkpoint_dir(run, 7)
+    result = evaluate_run(run, round=1)
+    assert result["round"] == 1 and result["questions"] == 2 and result["samples"] == 2
+    assert set(result["datasets"]) == {*DEFAULT, "all"} and result["datasets"]["all"]["questions"] == 6
+    assert "95% CI" in format_table(result)
+    assert main(["eval", "--run-dir", str(run), "--json", "--questions", "1"]) == 0
+
+
+def test_a_run_of_set_length_ends_with_an_evaluation_in_its_last_round(tmp_path, tmp_path_factory):
+    from lightnode import light_config, light_env
+    from sapo_core.control import protocol as P
+    from sapo_core.control.client import NodeClient
+
+    client = NodeClient(env=light_env(tmp_path, tmp_path_factory), heartbeat_timeout=None)
+    cfg = light_config(tmp_path / "run", max_new_tokens=4, **{"eval.enabled": True, "eval.questions": 1,
+                                                               "eval.samples": 1, "eval.every_rounds": 0})
+    client.start(cfg, rounds=2)
+    done = {}
+    try:
+        for ev in client.events(timeout=600):
+            if isinstance(ev, P.RoundDone):
+                done[ev.round] = ev.metrics
+            if isinstance(ev, P.State) and ev.state in (P.STOPPED, P.CRASHED):
+                break
+    finally:
+        client.stop()
+    assert "eval/solve_rate" in done[1] and "eval/solve_rate_base" in done[1]  # the baseline
+    assert "eval/solve_rate" in done[2] and done[2]["eval/questions"] == 3  # the end of the run
