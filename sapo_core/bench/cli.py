@@ -16,6 +16,8 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("generation", "rollout tokens/s: our llama.cpp sampler vs rl-swarm's generate x G and HF batched generate"),
     ("tasks", "baseline reward per task, prompt style and answer extraction of the untrained model"),
     ("control", "pause latency p50/p95 and measured CPU use at 25/50/75% throttle of a real node process"),
+    ("contention", "a node round quiet and beside 1 and 2 busy programs: its slowdown and theirs, "
+                   "with the node's own threads and with a fixed count"),
     ("gui", "dashboard redraw time with 10,000 rounds of history and the GUI process's memory (offscreen)"),
 ]
 
