@@ -5,7 +5,8 @@ training alone, `--local 2 --group-size 4` as the issue measured, auto-scaling o
 rounds, driven through `NodeClient` as the app drives it. Between rounds it is paused while
 the benchmark starts 0, 1 or 2 busy programs (plain Python spinning in a loop, each counting
 its iterations), measures their solo speed for `--solo` seconds (the node holds still, and
-its thread governor sees the new load meanwhile), then resumes the node for one round:
+its thread governor sees the new load meanwhile), then resumes the node for one round, and
+holds it again to measure their solo speed a second time (the mean of the two is "solo"):
 
 - the round's seconds against the quiet round's (fair share beside one busy program on two
   cores is 2x; goal <= 2.5x);
@@ -128,21 +129,25 @@ def _run_setup(args: argparse.Namespace, setup: str, cases: list[int]) -> dict[i
         try:
             client.start(_config(args, setup, Path(tmp) / "run"))
             info = client.wait_for(lambda e: isinstance(e, P.NodeInfo), 900)
+            client.pause(after_round=True)  # held between rounds: a held round's clock would run on
             client.wait_for(lambda e: isinstance(e, P.RoundDone), 1800)  # warm: one round first
             print(f"[{setup}] node up: {info.model_id}, sampler {info.sampler}; "
                   f"{'; '.join(notes[-2:]) or 'no thread note'}", flush=True)
+            client.wait_state(P.PAUSED, timeout=600)
             for k in cases:
-                client.pause(after_round=False)
-                client.wait_state(P.PAUSED, timeout=600)
                 busy = Busy(k)
                 try:
                     solo = busy.rate(args.solo) if k else 0.0
                     before = len(notes)
                     c0, load0 = busy.count(), _load()
                     client.resume()
+                    client.pause(after_round=True)
                     t0 = time.monotonic()
                     done = client.wait_for(lambda e: isinstance(e, P.RoundDone), 3600)
                     during = (busy.count() - c0) / (time.monotonic() - t0)
+                    client.wait_state(P.PAUSED, timeout=600)
+                    if k:  # solo again, the node held: the background load drifts on a shared machine
+                        solo = (solo + busy.rate(args.solo)) / 2
                 finally:
                     busy.close()
                 m = done.metrics
