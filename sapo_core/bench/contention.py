@@ -98,6 +98,9 @@ def _config(args: argparse.Namespace, setup: str, run_dir: Path) -> NodeConfig:
     changes = {"model.name": args.model, "swarm.enabled": False, "round.external_groups": 0,
                "round.local_groups": args.local, "sampler.group_size": args.group_size,
                "sampler.max_new_tokens": args.max_new_tokens, "round.auto_scale": False,
+               # every group trains (a KL term gives even a flat group a gradient): rounds that
+               # train 0, 1 or 2 groups by chance would compare chance, not contention
+               "train.kl_beta": 0.01,
                "run_dir": str(run_dir), "seed": args.seed}
     if setup == "all-cores":
         changes["control.leave_cores"] = 0
