@@ -14,8 +14,9 @@ holds it again to measure their solo speed a second time (the mean of the two is
   >= 45 %).
 
 Setups: `default` (the node's own threads: control.leave_cores and the governor),
-`all-cores` (leave_cores = 0: the governor alone decides), and `fixed N` (sampler.threads = N,
-nothing adapts: what the node did before issue 12). The machine's load average is printed
+`all-cores` (leave_cores = 0: the governor alone decides), `fixed` (sampler.threads = N,
+nothing adapts) and `spinning` (fixed, with OpenMP threads that spin at barriers,
+OMP_WAIT_POLICY=ACTIVE: what the node did before issue 12). The machine's load average is printed
 with every case: on a shared machine the background is itself a contention case.
 
 Ends with one line: `contention: beside 1 busy process 2.1x the quiet round, beside 2 3.4x;
@@ -44,7 +45,8 @@ EMBEDDED = "smollm2-135m-instruct"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setups", default="default,fixed",
-                        help="comma-separated: default, all-cores, fixed (sampler.threads = --fixed)")
+                        help="comma-separated: default, all-cores, fixed (sampler.threads = --fixed), spinning "
+                             "(fixed, and OpenMP threads that spin as before issue 12: OMP_WAIT_POLICY=ACTIVE)")
     parser.add_argument("--fixed", type=int, default=2, help="threads of the 'fixed' setup")
     parser.add_argument("--busy", default="0,1,2", help="busy programs per case, comma-separated (0 = quiet)")
     parser.add_argument("--solo", type=float, default=5.0, help="seconds the busy programs run alone first")
@@ -104,7 +106,7 @@ def _config(args: argparse.Namespace, setup: str, run_dir: Path) -> NodeConfig:
                "run_dir": str(run_dir), "seed": args.seed}
     if setup == "all-cores":
         changes["control.leave_cores"] = 0
-    elif setup == "fixed":
+    elif setup in ("fixed", "spinning"):
         changes["sampler.threads"] = args.fixed
     elif setup != "default":
         raise SystemExit(f"unknown setup {setup!r}: default, all-cores or fixed")
@@ -128,7 +130,8 @@ def _run_setup(args: argparse.Namespace, setup: str, cases: list[int]) -> dict[i
                 notes.append(ev.message)
 
     with tempfile.TemporaryDirectory(prefix="sapo-bench-contention-") as tmp:
-        client = NodeClient(on_event=on_event, heartbeat_timeout=600)
+        env = dict(os.environ, OMP_WAIT_POLICY="ACTIVE") if setup == "spinning" else None
+        client = NodeClient(on_event=on_event, env=env, heartbeat_timeout=600)
         try:
             client.start(_config(args, setup, Path(tmp) / "run"))
             info = client.wait_for(lambda e: isinstance(e, P.NodeInfo), 900)
@@ -194,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
         summary += f"; the busy process kept {100 * main[1]['kept']:.0f} % of its speed"
     for s, r in results.items():
         if s != "default" and 1 in r:
-            name = f"fixed {args.fixed} threads" if s == "fixed" else s
+            name = {"fixed": f"fixed {args.fixed} threads",
+                    "spinning": f"fixed {args.fixed} spinning threads"}.get(s, s)
             summary += f"; {name}: {r[1]['round'] / r[0]['round']:.1f}x"
     if 1 in main:
         met = main[1]["round"] / quiet <= 2.5 and main[1]["kept"] >= 0.45
