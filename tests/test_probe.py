@@ -85,15 +85,18 @@ def test_probe_from_a_rounds_metrics():
 
 @pytest.mark.slow
 def test_the_probe_estimates_the_embedded_models_default_round_within_1_5x(tmp_path, monkeypatch):
-    """The probe's shape is small (2 x 4, 64 tokens); the real round here is the default shape
-    training alone (4 x 8, 128 tokens), so the estimate must carry over, not repeat itself."""
+    """The probe's shape is small (2 x 4, at most 64 tokens); the real round here has 3 questions
+    x the default G = 8 and 128 tokens, training alone, so the estimate must carry over, not
+    repeat itself. Every group trains (a KL term), as the estimate assumes: a round whose groups
+    all happened to lack reward variance would train nothing and be far shorter."""
     from sapo_core.hardware import detect_hardware
     from sapo_core.node import Node
     from sapo_core.probe import run_probe
 
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
     p = run_probe(tmp_path / "cache", log=lambda m: None)
-    cfg = ALONE.replace(**{"model.name": E.id, "run_dir": str(tmp_path / "run"), "round.auto_scale": False})
+    cfg = ALONE.replace(**{"model.name": E.id, "run_dir": str(tmp_path / "run"), "round.auto_scale": False,
+                           "round.local_groups": 3, "train.kl_beta": 0.01})
     estimate = estimate_round(E, detect_hardware(), cfg, p)
     node = Node(cfg)
     node.setup()

@@ -11,7 +11,7 @@ burst). What is not work is said by the caller: intervals in the swarm's share a
 phases, which mostly wait on the network, are not counted (`owed(counting=False)`), so a
 gather that waits 10 s does not buy a 30 s sleep.
 
-The sleep is owed once at least `quantum` seconds of work have accumulated, so the node
+The sleep is owed once at least a burst of work (`quantum`, longer at high shares) has accumulated, so the node
 alternates short bursts and pauses (the volunteer's programs stay responsive), and a
 checkpoint costs one clock read. Time spent paused is forgiven (`rested()`).
 
@@ -58,9 +58,15 @@ class DutyCycle:
         if counting:
             self.work += interval
             self.debt += interval * (1.0 - self.share) / self.share
-        if self.work < self.quantum:
+        if self.work < self.burst():
             return 0.0
         return min(MAX_SLEEP, max(0.0, self.debt))
+
+    def burst(self) -> float:
+        """Work between two sleeps: a quantum, longer at high shares so that each sleep lasts at
+        least a quantum too (a 75 % throttle works 0.3 s, sleeps 0.1 s): every sleep costs a wait
+        for a core on waking, and many tiny sleeps made 75 % read as 64 % under load."""
+        return self.quantum * max(1.0, self.share / (1.0 - self.share)) if self.share < 1.0 else self.quantum
 
     def rested(self, slept: float | None = None) -> None:
         """Count work from here. After a sleep, `slept` is how long it really lasted (billed against
@@ -69,7 +75,7 @@ class DutyCycle:
         if slept is None or self.share >= 1.0:
             self.debt = 0.0
         else:
-            credit = self.quantum * (1.0 - self.share) / self.share
+            credit = self.burst() * (1.0 - self.share) / self.share
             self.debt = max(-credit, self.debt - slept)
         self.work = 0.0
         self._mark = self.clock()
