@@ -40,22 +40,29 @@ def tree_cpu_seconds(proc: psutil.Process) -> float:
 
 
 class CpuMeter:
-    """Cores' worth of CPU other programs use since the previous reading."""
+    """Cores' worth of CPU other programs use since the previous reading (its own snapshot of the
+    machine's CPU times: psutil.cpu_percent(None) is one interval shared by every caller)."""
 
     def __init__(self, proc: psutil.Process | None = None, clock=time.monotonic) -> None:
         self.proc = proc or psutil.Process()
         self.clock = clock
         self.logical = psutil.cpu_count(logical=True) or 1
-        psutil.cpu_percent(None)  # starts psutil's interval
-        self._t, self._own = clock(), tree_cpu_seconds(self.proc)
+        self._t, self._own, self._busy = clock(), tree_cpu_seconds(self.proc), _busy_seconds()
 
     def read(self) -> float:
-        system = psutil.cpu_percent(None)
-        now, own = self.clock(), tree_cpu_seconds(self.proc)
+        now, own, busy = self.clock(), tree_cpu_seconds(self.proc), _busy_seconds()
         dt = max(1e-3, now - self._t)
-        own_cores = (own - self._own) / dt
-        self._t, self._own = now, own
-        return others_busy_cores(system, self.logical, own_cores)
+        own_cores, busy_cores = (own - self._own) / dt, (busy - self._busy) / dt
+        self._t, self._own, self._busy = now, own, busy
+        return others_busy_cores(100.0 * busy_cores / self.logical, self.logical, own_cores)
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all CPUs, everything but idle and iowait;
+    Linux counts guest time inside user time already)."""
+    t = psutil.cpu_times()
+    skip = ("idle", "iowait", "guest", "guest_nice")
+    return sum(getattr(t, f) for f in t._fields if f not in skip)
 
 
 def others_now(interval: float = 0.5) -> float:
