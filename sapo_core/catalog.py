@@ -25,7 +25,11 @@ seven projections, log-probs chunked 1024 tokens at a time and recomputed in the
 - llama.cpp, Q8_0 copy (145 MB): RSS +224 MB at n_ctx 2048, +367 MB at 8192: weights + f16 KV
   cache + ~35 MB of buffers. The node's imports (torch, transformers, peft, hivemind,
   reasoning-gym, llama_cpp): 0.48 GB.
-Throughput anchors are FACTS.md's (2 cores): training ~200 tok/s, sampling ~205 tok/s (Q8_0,
+Round time: with a probe of this machine (probe.py: two real rounds of the embedded model,
+cached) the estimate uses its measured tokens/s, answer and prompt lengths and per-round
+overhead, scaled by parameters (and cores when the profile differs); every group counts as
+trained (a node trains only groups with reward variance: the estimate errs long). Without
+one, the formula below: throughput anchors are FACTS.md's (2 cores): training ~200 tok/s, sampling ~205 tok/s (Q8_0,
 batched), 125 (Q4_1), 39 (transformers' batched generate). Other models and core counts are
 scaled by parameters and cores: an estimate, and the verdicts say so. GPUs are not measured here.
 """
@@ -35,10 +39,13 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, fields
 from importlib import resources
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from sapo_core.config import NodeConfig
 from sapo_core.hardware import HardwareProfile
+
+if TYPE_CHECKING:
+    from sapo_core.probe import Probe
 
 GB = 1e9
 PROMPT_TOKENS = 128  # ReasoningGYM prompts with the chat template: median 76-89 tokens, max 98 on the default mix
@@ -278,6 +285,8 @@ class RoundEstimate:
     trained_tokens: int
     sample_tok_s: float
     train_tok_s: float
+    overhead_seconds: float = 0.0  # scoring, syncing, saving (measured by a probe)
+    basis: str = "formula"  # "probe": measured on this machine; "formula": anchors and parameters
 
     @property
     def sample_seconds(self) -> float:
@@ -289,13 +298,21 @@ class RoundEstimate:
 
     @property
     def seconds(self) -> float:
-        return self.sample_seconds + self.train_seconds
+        return self.sample_seconds + self.train_seconds + self.overhead_seconds
+
+    @property
+    def rounds_per_hour(self) -> float:
+        return 3600.0 / self.seconds if self.seconds > 0 else 0.0
 
 
-def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig) -> RoundEstimate:
+def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig,
+                   probe: "Probe | None" = None) -> RoundEstimate:
     """Seconds of one round: I x G completions sampled, (I + J) x G sequences trained K times.
-    Tokens per second scale as cores / parameters from FACTS.md's anchors (an estimate).
-    Sampling counts on the CPU even with a GPU (the portable llama.cpp build): pessimistic."""
+    With a probe: its measured figures, scaled by parameters (and cores); without: tokens per
+    second scale as cores / parameters from FACTS.md's anchors (an estimate). Sampling counts
+    on the CPU even with a GPU (the portable llama.cpp build): pessimistic."""
+    if probe is not None and probe.sample_tok_s > 0 and probe.train_tok_s > 0:
+        return _estimate_from_probe(e, profile, config, probe)
     s, r = config.sampler, config.round
     cores = s.threads or profile.cpu_physical.value
     scale = (ANCHOR_PARAMS / e.params) * (cores / ANCHOR_CORES)
@@ -317,6 +334,25 @@ def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig
     prompt = PROMPT_TOKENS if config.train.pack_prompts else PROMPT_TOKENS * s.group_size
     trained = int((r.local_groups + external) * (prompt + s.group_size * s.max_new_tokens) * passes)
     return RoundEstimate(r.local_groups * s.group_size * s.max_new_tokens, trained, sample_anchor * scale, train_tok_s)
+
+
+def _estimate_from_probe(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: "Probe") -> RoundEstimate:
+    s, r, t = config.sampler, config.round, config.train
+    threads = s.threads or probe.threads
+    scale = (probe.params / e.params) * (min(threads, profile.cpu_physical.value) / max(1, probe.threads))
+    answer = min(float(s.max_new_tokens), probe.completion_tokens)
+    external = r.external_groups if config.swarm.enabled else 0
+    groups = r.local_groups + external
+    prompt = probe.prompt_tokens or PROMPT_TOKENS
+    per_group = prompt + s.group_size * (answer + 1) if t.pack_prompts else s.group_size * (prompt + answer + 1)
+    trained = int(groups * per_group * t.steps_per_round)
+    train_tok_s = probe.train_tok_s * scale
+    if profile.device.value in ("cuda", "mps"):
+        train_tok_s *= GPU_TRAIN_SPEEDUP if profile.device.value == "cuda" else MPS_TRAIN_SPEEDUP
+    # scoring and saving grow little with the model; syncing the sampler grows with the adapter
+    overhead = probe.overhead_seconds * max(1.0, e.params / probe.params) ** 0.5
+    return RoundEstimate(int(r.local_groups * s.group_size * answer), trained, probe.sample_tok_s * scale,
+                         train_tok_s, overhead, "probe")
 
 
 # --- the choice -------------------------------------------------------------------------
@@ -349,12 +385,13 @@ def ram_budget_gb(profile: HardwareProfile) -> float:
     return min(profile.ram_available_gb.value, RAM_BUDGET_SHARE * profile.ram_total_gb.value)
 
 
-def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig) -> Verdict:
+def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: "Probe | None" = None) -> Verdict:
     """Fit (memory at the largest workable micro-batch, disk) and speed of one model."""
     device = profile.device.value
     ram, gpu = ram_budget_gb(profile), GPU_BUDGET_SHARE * profile.gpu_memory_gb
     configured = config.train.micro_batch_size
-    rnd = estimate_round(e, profile, config)
+    rnd = estimate_round(e, profile, config, probe)
+    basis = "measured on this machine, scaled by parameters" if rnd.basis == "probe" else "estimate from parameters and cores"
 
     def fits(est: MemoryEstimate) -> bool:
         host, dev = est.placement(device)
@@ -378,13 +415,16 @@ def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig) -> Verd
     target = config.round.target_round_seconds
     if rnd.seconds > target:
         return Verdict(e.id, SLOW, f"slow: a round would take ~{rnd.seconds:.0f} s, target {target:.0f} s "
-                                   f"(estimate from parameters and cores); memory {needs(est)}{at}", mb, est, rnd)
-    return Verdict(e.id, FITS, f"fits: needs {needs(est)}{at}; a round ~{rnd.seconds:.0f} s (estimate)", mb, est, rnd)
+                                   f"({basis}); memory {needs(est)}{at}", mb, est, rnd)
+    return Verdict(e.id, FITS, f"fits: needs {needs(est)}{at}; a round ~{rnd.seconds:.0f} s, "
+                               f"~{rnd.rounds_per_hour:.0f} an hour ({'measured, scaled' if rnd.basis == 'probe' else 'estimate'})",
+                   mb, est, rnd)
 
 
-def choose_model(profile: HardwareProfile, catalogue: Catalogue, config: NodeConfig) -> ModelChoice:
+def choose_model(profile: HardwareProfile, catalogue: Catalogue, config: NodeConfig,
+                 probe: "Probe | None" = None) -> ModelChoice:
     """The largest model that fits and is fast enough; or the one the config names, with warnings."""
-    verdicts = tuple(judge(e, profile, config) for e in sorted(catalogue, key=lambda e: -e.params))
+    verdicts = tuple(judge(e, profile, config, probe) for e in sorted(catalogue, key=lambda e: -e.params))
     by_id = {v.model_id: v for v in verdicts}
     if config.model.name != "auto":
         entry = catalogue.get(config.model.name)

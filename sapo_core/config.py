@@ -142,7 +142,9 @@ class SamplerConfig:
     quantization: str = _help(
         "Weights llama.cpp samples from: 'f16' (the trainer's own weights: log-probs within 0.002 nats of "
         "the trainer's), 'q8_0' (half the memory, ~0.06 nats off) or 'as-is'.", "f16")
-    threads: int = _help("Threads for sampling and training; 0 = all physical cores.", 0)
+    threads: int = _help(
+        "Threads for sampling and training; 0 = chosen from what the CPU has free (within "
+        "control.max_cpus_percent and control.leave_cores), and adapted while running.", 0)
 
     def __post_init__(self) -> None:
         _check(self.backend in ("auto", "llamacpp", "transformers"), "sampler.backend",
@@ -301,6 +303,12 @@ class ControlConfig:
         "Where the OS does not tell input idle time, 'only when idle' treats the user as busy while other "
         "programs use more than this % of the CPU.", 25.0)
     check_seconds: float = _help("How often the rules read the machine (battery, idle time, temperature...).", 2.0)
+    max_cpus_percent: float = _help(
+        "Use at most this % of the CPU cores (BOINC's 'use at most N % of the CPUs'); the node's "
+        "threads stay within it, and fewer while other programs keep cores busy.", 100.0)
+    leave_cores: int = _help(
+        "Cores always left to your own programs (the desktop default leaves one, so the computer "
+        "stays responsive; 0 on a machine that does nothing else). The node keeps at least one thread.", 1)
 
     def __post_init__(self) -> None:
         _check(0.05 <= self.throttle <= 1.0, "control.throttle", "must be between 0.05 and 1")
@@ -309,6 +317,8 @@ class ControlConfig:
         _check(self.min_free_memory_gb >= 0, "control.min_free_memory_gb", "must be >= 0")
         _check(0 <= self.idle_cpu_percent <= 100, "control.idle_cpu_percent", "must be between 0 and 100")
         _check(0.05 <= self.check_seconds <= 600, "control.check_seconds", "must be between 0.05 and 600")
+        _check(1 <= self.max_cpus_percent <= 100, "control.max_cpus_percent", "must be between 1 and 100")
+        _check(self.leave_cores >= 0, "control.leave_cores", "must be >= 0")
         from sapo_core.control.schedule import ScheduleError, parse_schedule
 
         try:

@@ -113,6 +113,7 @@ class Node:
         self._receipts: list[tuple[str, int, int]] = []  # external groups trained last round
         self._evaluator = None
         self._identity = "alone"
+        self.threads = 0  # the compute threads in use (set in setup)
 
     # --- start-up -----------------------------------------------------------------------
     def setup(self) -> None:
@@ -120,7 +121,7 @@ class Node:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.store = RunStore(self.run_dir / STORE_NAME)
         self.checkpoints = Checkpoints(self.run_dir)
-        threads = cfg.sampler.threads or _physical_cores()
+        self.threads = threads = self.choose_threads()
         torch.set_num_threads(threads)
         plan = resolve_model(cfg)
         hooks.log("info", f"model: {plan.why}")
@@ -502,8 +503,23 @@ class Node:
         self.hooks.log("info", f"round size {before} -> {self.shape.__dict__}: {why}")
 
     # --- control ------------------------------------------------------------------------
+    def choose_threads(self) -> int:
+        """sampler.threads when set; else what the CPU has free now, within the user's limit
+        (threadplan.py; the worker's governor adapts it while running)."""
+        if self.cfg.sampler.threads:
+            return self.cfg.sampler.threads
+        from sapo_core.control.threads import others_now
+        from sapo_core.threadplan import choose_threads, cpu_limit
+
+        cores, c = _physical_cores(), self.cfg.control
+        limit, why = cpu_limit(cores, c.max_cpus_percent, c.leave_cores)
+        choice = choose_threads(cores, others_now(0.5), limit)
+        self.hooks.log("info", f"threads: {choice.reason}; {why}")
+        return choice.threads
+
     def set_threads(self, n: int) -> None:
-        n = n or _physical_cores()
+        n = n or self.choose_threads()
+        self.threads = n
         torch.set_num_threads(n)
         if self._sampler is not None:
             self._sampler.set_threads(n)

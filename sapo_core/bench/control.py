@@ -8,10 +8,14 @@ driven through `NodeClient` as the desktop app drives it:
   of 2 s, with the phase each pause hit.
 - Throttle: the node's CPU use (user + system time of the node process and its children —
   the llama.cpp sampler runs in one — from psutil, so other jobs on a shared machine do not
-  count) in short windows that alternate unthrottled and 75 %, 50 % or 25 % throttle,
-  `--repeats` times each. The measured share of a throttle is its CPU rate over the mean of
-  the two unthrottled windows beside it (other jobs coming and going, and the round's
-  phases, cancel out), averaged; goal: within ±10 points of the setting.
+  count) over whole rounds, alternating unthrottled rounds and rounds at 75 %, 50 % or 25 %,
+  `--repeats` times each. The measured share of a throttle is its round's CPU rate (CPU
+  seconds per wall second, from one round's end to the next) over the mean of the two
+  unthrottled rounds beside it (other jobs coming and going cancel out), averaged; goal:
+  within ±10 points of the setting. Whole rounds, not fixed windows: a round's phases use
+  the CPU unevenly (sampling in the child, training in the node, saving), and a window that
+  caught more of one phase throttled than unthrottled measured the phases, not the throttle
+  (issue 12: 50 % read as 34-76 %).
 
 Ends with one line: `control: pause p50 … s p95 … s; throttle 25% -> …%, 50% -> …%, 75% -> …%`.
 """
@@ -38,10 +42,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="auto", help="model id, 'auto' (the node's pick) or 'tiny-random'")
     parser.add_argument("--sampler", default="auto", choices=["auto", "llamacpp", "transformers"])
     parser.add_argument("--pauses", type=int, default=12, help="pauses measured")
-    parser.add_argument("--window", type=float, default=10.0, help="seconds of CPU measurement per window")
-    parser.add_argument("--repeats", type=int, default=6, help="times each throttle is measured between two "
-                                                               "unthrottled windows")
-    parser.add_argument("--threads", type=int, default=0, help="node threads (0 = all physical cores)")
+    parser.add_argument("--repeats", type=int, default=2, help="times each throttle is measured over a round "
+                                                               "between two unthrottled rounds")
+    parser.add_argument("--threads", type=int, default=0, help="node threads (0 = the node's own choice)")
     parser.add_argument("--run-dir", default="", help="run directory (default: a temporary one)")
     parser.add_argument("--seed", type=int, default=0)
 
@@ -102,27 +105,28 @@ def _measure_pauses(client: NodeClient, n: int, rng: random.Random) -> list[tupl
     return out
 
 
-def _measure_cpu(client: NodeClient, share: float, window: float) -> float:
-    """CPU seconds per wall second of the node (and its sampler child) over `window`, at `share`."""
+def _throttled_round(client: NodeClient, share: float) -> float:
+    """CPU seconds per wall second of the node (and its sampler child) over one whole round at
+    `share`: the throttle is set as the previous round ends, the CPU read at the two ends."""
     client.set_throttle(share)
-    client.wait_for(lambda e: isinstance(e, P.Heartbeat) and e.throttle == share, 60)
     c0, t0 = _cpu_seconds(client.pid), time.monotonic()
-    time.sleep(window)
+    client.wait_for(lambda e: isinstance(e, P.RoundDone), 1800)
     return (_cpu_seconds(client.pid) - c0) / (time.monotonic() - t0)
 
 
-def _measure_throttle(client: NodeClient, window: float, repeats: int) -> dict[float, float]:
-    """Measured share per throttle. Short windows alternate unthrottled and throttled (100, 75, 100,
-    50, 100, 25, 100, ...), `repeats` times: each throttled window is divided by the mean of the two
-    unthrottled ones beside it, so that other jobs coming and going, and the round's phases, cancel
-    out; the ratios of a share are averaged."""
+def _measure_throttle(client: NodeClient, repeats: int) -> dict[float, float]:
+    """Measured share per throttle. Whole rounds alternate unthrottled and throttled (100, 75, 100,
+    50, 100, 25, 100, ...), `repeats` times: each throttled round's CPU rate is divided by the mean
+    of the two unthrottled rounds beside it, so that other jobs coming and going cancel out; the
+    ratios of a share are averaged."""
     shares = (0.75, 0.5, 0.25)
     ratios: dict[float, list[float]] = {s: [] for s in shares}
-    before = _measure_cpu(client, 1.0, window)
+    client.wait_for(lambda e: isinstance(e, P.RoundDone), 1800)  # start at a round's end
+    before = _throttled_round(client, 1.0)
     for k in range(repeats):
         for s in shares:
-            rate = _measure_cpu(client, s, window)
-            after = _measure_cpu(client, 1.0, window)
+            rate = _throttled_round(client, s)
+            after = _throttled_round(client, 1.0)
             ratios[s].append(rate / ((before + after) / 2))
             before = after
         print(f"  repeat {k + 1}: " + ", ".join(f"{100 * s:.0f}% -> {100 * ratios[s][-1]:.0f}%" for s in shares)
@@ -143,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"node: {info.model_id}, sampler {info.sampler}", flush=True)
         client.wait_for(lambda e: isinstance(e, P.RoundDone), 900)  # warm: one full round first
         pauses = _measure_pauses(client, args.pauses, rng)
-        measured = _measure_throttle(client, args.window, args.repeats)
+        measured = _measure_throttle(client, args.repeats)
     finally:
         client.stop(timeout=120)
         tmp.cleanup()

@@ -4,12 +4,17 @@ catalogue model it would train, with every other model's verdict (fits / slow / 
 The config is layered as for `sapo-node run` (defaults, `--config` or the data directory's
 `node.toml`, then `--set`/`--model`), since the choice depends on it (LoRA, micro-batch, G...).
 `--override SAPO_RAM_GB=8` asks what-if questions without touching the environment.
+
+Round times come from this machine's cached probe (probe.py: two real rounds of the embedded
+model, scaled by parameters for the others) when there is one, else from the formula;
+`--probe` measures it now (~30-60 s, once per machine). Each model shows rounds per hour.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 import sys
 import tomllib
 from typing import Any
@@ -26,6 +31,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="judge this catalogue id as if the config named it (default: the config's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config value, e.g. --set train.micro_batch_size=4 (repeatable)")
+    p.add_argument("--probe", action="store_true",
+                   help="measure this machine now (two short real rounds of the embedded model, ~30-60 s) and "
+                        "cache it; later calls use the cached figures")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help=f"pretend the machine differs, e.g. --override SAPO_RAM_GB=8; keys: {', '.join(OVERRIDE_KEYS)}")
 
@@ -54,7 +62,7 @@ def _config(args: argparse.Namespace) -> NodeConfig:
     return cfg.replace(**changes) if changes else cfg
 
 
-def report(profile: HardwareProfile, choice: ModelChoice) -> dict[str, Any]:
+def report(profile: HardwareProfile, choice: ModelChoice, probe: Any = None) -> dict[str, Any]:
     """The JSON form: profile, choice, and each model's verdict with its estimates."""
     models = []
     for v in choice.verdicts:
@@ -66,15 +74,17 @@ def report(profile: HardwareProfile, choice: ModelChoice) -> dict[str, Any]:
                           "load_transient": v.memory.load_transient_gb},
             "disk_gb": v.memory.disk,
             "round_estimate": {"seconds": round(v.round.seconds, 1), "sample_tok_s": round(v.round.sample_tok_s, 1),
-                               "train_tok_s": round(v.round.train_tok_s, 1)},
+                               "train_tok_s": round(v.round.train_tok_s, 1),
+                               "rounds_per_hour": round(v.round.rounds_per_hour, 1),
+                               "overhead_seconds": round(v.round.overhead_seconds, 1), "basis": v.round.basis},
         })
     return {"profile": profile.to_dict(), "ram_budget_gb": round(ram_budget_gb(profile), 2),
             "choice": {"model": choice.entry.id, "reason": choice.reason, "micro_batch_size": choice.micro_batch_size,
                        "explicit": choice.explicit, "warnings": list(choice.warnings)},
-            "models": models}
+            "models": models, "probe": asdict(probe) if probe is not None else None}
 
 
-def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro_batch: int) -> None:
+def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro_batch: int, probe: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -97,15 +107,22 @@ def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro
     console.print(f"RAM budget for the node: {ram_budget_gb(profile):.1f} GB (available RAM, at most 80 % of the total)"
                   f"; data directory {profile.data_dir}")
 
-    models = Table(title="Models (largest first; speeds are estimates)", title_justify="left")
-    for col in ("model", "verdict", "RAM GB", "GPU GB", "disk GB", "round s", "why"):
+    if probe is not None:
+        console.print(f"Round times from this machine's probe ({probe.model_id}, {probe.threads} thread(s)): sampling "
+                      f"{probe.sample_tok_s:.0f} tok/s, training {probe.train_tok_s:.0f} tok/s, answers "
+                      f"{probe.completion_tokens:.0f} tokens; other models scaled by parameters")
+    else:
+        console.print("Round times are a formula's guess: `sapo-node hardware --probe` measures this machine (~1 min)")
+    models = Table(title="Models (largest first; round times estimated)", title_justify="left")
+    for col in ("model", "verdict", "RAM GB", "GPU GB", "disk GB", "round s", "rounds/h", "why"):
         models.add_column(col, overflow="fold")
     style = {"fits": "green", "slow": "yellow", "doesn't fit": "red"}
     for v in choice.verdicts:
         host, gpu = v.memory.placement(profile.device.value)
         mark = " *" if v.model_id == choice.entry.id else ""
         models.add_row(v.model_id + mark, f"[{style[v.status]}]{v.status}[/]", f"{host:.1f}",
-                       f"{gpu:.1f}" if gpu else "-", f"{v.memory.disk_gb:.1f}", f"{v.round.seconds:.0f}", v.reason)
+                       f"{gpu:.1f}" if gpu else "-", f"{v.memory.disk_gb:.1f}", f"{v.round.seconds:.0f}",
+                       f"{v.round.rounds_per_hour:.0f}", v.reason)
     console.print(models)
 
     chosen = choice.verdict(choice.entry.id).memory
@@ -124,12 +141,18 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = _config(args)
         profile = detect_hardware(_pairs(args.override, "--override"))
-        choice = choose_model(profile, load_catalogue(), cfg)
+        from sapo_core.probe import load_probe, run_probe
+
+        if args.probe:
+            probe = run_probe(paths.cache_dir(), log=lambda m: print(m, file=sys.stderr))
+        else:
+            probe = load_probe(paths.cache_dir())
+        choice = choose_model(profile, load_catalogue(), cfg, probe)
     except (ConfigError, HardwareOverrideError, CatalogError) as e:
         print(f"sapo-node hardware: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report(profile, choice), indent=2))
+        print(json.dumps(report(profile, choice, probe), indent=2))
     else:
-        _print_human(profile, choice, cfg.train.micro_batch_size)
+        _print_human(profile, choice, cfg.train.micro_batch_size, probe)
     return 0

@@ -146,13 +146,15 @@ class Controller:
             self._hold_here()
             owed = self.duty.owed(counting=self.phase not in NETWORK_PHASES)
         if owed > 0:
-            deadline = time.monotonic() + owed
+            began = time.monotonic()
+            deadline = began + owed
             with self._cond:
                 share = self.duty.share
                 while (self.stop_reason is None and self._current_hold() is None and self.duty.share <= share
                        and (left := deadline - time.monotonic()) > 0):
                     self._cond.wait(left)
-                self.duty.rested()
+                # billed as long as it lasted, till this thread runs again (throttle.py)
+                self.duty.rested(time.monotonic() - began if self.duty.share == share else None)
                 self._hold_here()
 
     def progress(self, phase: str, done: int, total: int, **info: Any) -> None:

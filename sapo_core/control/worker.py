@@ -9,7 +9,14 @@ the client's to keep (its last lines explain a crash).
 Threads: the main thread runs the rounds; a reader thread applies commands to the
 `Controller`; a rules thread reads the machine every `control.check_seconds`; a heartbeat
 thread reports every second; a writer thread sends events, so that emitting never blocks
-the round. End of stdin means the client has gone: the node stops as if asked.
+the round; a threads thread (`control/threads.py`) fits the thread count to what other programs
+leave free, unless `sampler.threads` fixes it. End of stdin means the client has gone: the node
+stops as if asked.
+
+OpenMP threads (torch's here, llama.cpp's in the sampler child, which inherits the
+environment) wait passively (`OMP_WAIT_POLICY=PASSIVE`, set before torch loads): spinning at
+every barrier while another program holds a core collapsed a training step 5x on this
+machine (issue 12), and burns CPU time the throttle is trying to give back.
 
 Exit codes: 0 stopped, 1 crashed, 2 cannot run as configured (a restart would not help).
 """
@@ -83,6 +90,7 @@ class Worker:
         self.done = threading.Event()
         self.rules: Rules | None = None
         self._rules_wake = threading.Event()
+        self.governor = None  # a control.threads.ThreadGovernor once the node is up
 
     # --- commands (reader thread) ----------------------------------------------------------------
     def read_commands(self, stream: BinaryIO) -> None:
@@ -117,7 +125,10 @@ class Worker:
         elif isinstance(cmd, P.SetThreads):
             if int(cmd.threads) < 0:
                 raise ValueError(f"threads {cmd.threads} must be >= 0")
-            ctl.set_threads(int(cmd.threads))
+            gov = self.governor
+            if gov is not None:  # above 0: the user's own count; 0: adapt again, from now
+                gov.fixed = int(cmd.threads)
+            ctl.set_threads(int(cmd.threads) or (gov.choice().threads if gov is not None else 0))
         elif isinstance(cmd, P.SetRules):
             self.set_control(from_dict({"control": cmd.control}).control)
         elif isinstance(cmd, P.GetStatus):
@@ -152,6 +163,25 @@ class Worker:
             self.ctl.set_rule_reason(reason)
             self._rules_wake.wait(self.control.check_seconds)
             self._rules_wake.clear()
+
+    def watch_threads(self) -> None:
+        """Every control.check_seconds: what do other programs use? Fewer threads while they keep
+        cores busy, more once they stop (threadplan.py, control/threads.py)."""
+        from sapo_core.control.threads import CpuMeter
+
+        meter = CpuMeter()
+        while not self.done.wait(self.control.check_seconds):
+            gov = self.governor
+            if gov is None:
+                continue
+            try:
+                change = gov.observe(meter.read())
+            except Exception as e:  # a sensor that fails must not stop the node
+                self.ctl.log("warning", f"could not read the CPU load to fit the threads: {e}")
+                continue
+            if change is not None:
+                self.ctl.log("info", change.message)
+                self.ctl.set_threads(change.threads)
 
     def heartbeat(self) -> None:
         import psutil
@@ -196,6 +226,7 @@ class Worker:
             if self.ctl.threads != cfg.sampler.threads:
                 node.set_threads(self.ctl.threads)
             self.ctl.apply_threads = node.set_threads
+            self._start_governor(cfg, node.threads)
             install_layer_checkpoints(node.policy.model, self.ctl.checkpoint)
             self.ctl.duty.rested()  # loading the model is not owed to the throttle
             self.writer.emit(self._node_info(node))
@@ -229,6 +260,21 @@ class Worker:
                 return self.ctl.stop_reason or "stopped"
             self.writer.emit(P.RoundDone(round=r, metrics=metrics))
             done += 1
+            gov = self.governor
+            if gov is not None:
+                change = gov.after_round(r, float(metrics.get("train/tok_per_s", 0.0)), self.ctl.duty.share)
+                if change is not None:
+                    self.ctl.log("warning", change.message)
+                    self.ctl.set_threads(change.threads)
+
+    def _start_governor(self, cfg: NodeConfig, start: int) -> None:
+        from sapo_core.control.threads import ThreadGovernor
+        from sapo_core.node import _physical_cores
+
+        fixed = self.ctl.threads if self.ctl.threads else cfg.sampler.threads
+        self.governor = ThreadGovernor.for_config(_physical_cores(), cfg.control.max_cpus_percent,
+                                                  cfg.control.leave_cores, fixed, start)
+        threading.Thread(target=self.watch_threads, name="sapo-threads", daemon=True).start()
 
     def _node_info(self, node) -> P.NodeInfo:
         src = node.source
@@ -255,6 +301,7 @@ class Worker:
 
 
 def main() -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads (see the docstring)
     events_fd = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints, Python's or C's, go to stderr
     sys.stdout = sys.stderr

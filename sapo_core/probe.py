@@ -1,0 +1,164 @@
+"""What a round costs on this machine, measured once and cached: the round-time estimates' basis.
+
+The formula in catalog.py guessed a round of the embedded model at 143-163 s on this machine
+from throughput anchors and max_new_tokens-long answers; real rounds took 20-25 s (issue 12),
+so larger models were wrongly called slow. `run_probe` runs two real rounds of the embedded
+model (`PROBE_SHAPE`: 2 questions x 4 completions of at most 64 tokens, training alone, with
+the node's own threads; the second, warm round is kept) and records what they cost:
+
+- `sample_tok_s`: sampled tokens per second over the whole sampling phase (prefill included);
+- `train_tok_s`: tokens the trainer processed per second (`train/tok_per_s`: K steps,
+  checkpointing's recompute and packing as configured);
+- `completion_tokens`, `prompt_tokens`: how long the answers and prompts really were;
+- `overhead_seconds`: the rest of the round (scoring, syncing the sampler, saving).
+
+`catalog.estimate_round(..., probe=)` scales these by parameters for other models (a bigger
+model cannot be run here without downloading it) and by cores when the profile differs.
+The cache (`probe.json` in the cache directory) is keyed by the machine: CPU model, cores,
+RAM, threads, torch and llama.cpp versions; `sapo-node hardware --probe` refreshes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+PROBE_FILE = "probe.json"
+PROBE_SHAPE = {"round.local_groups": 2, "sampler.group_size": 4, "sampler.max_new_tokens": 64}
+
+
+@dataclass(frozen=True)
+class Probe:
+    machine: str  # the cache key this was measured under
+    model_id: str
+    params: int
+    threads: int
+    sample_tok_s: float
+    train_tok_s: float
+    completion_tokens: float  # mean sampled tokens per completion
+    prompt_tokens: float  # mean prompt tokens per question
+    overhead_seconds: float  # round - sample - update
+    round_seconds: float  # the probe's own round, for the record
+    measured_at: float  # time.time()
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Probe":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(dist: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+def machine_key(threads: int) -> str:
+    """What a probe's figures depend on: the CPU, its cores, the RAM, the threads, the libraries."""
+    import psutil
+
+    ram = round(psutil.virtual_memory().total / 2**30)
+    return (f"{_cpu_name()}|{psutil.cpu_count(logical=False)}c|{ram}GiB|{threads}t|"
+            f"torch {_version('torch')}|llama-cpp-python {_version('llama_cpp_python')}")
+
+
+def _path(cache_dir: Path) -> Path:
+    return Path(cache_dir) / PROBE_FILE
+
+
+def load_probe(cache_dir: Path, key: str | None = None) -> Probe | None:
+    """The cached probe of this machine (of `key`, else any with this CPU and cores), or None."""
+    try:
+        data = json.loads(_path(cache_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if key is not None and isinstance(data.get(key), dict):
+        return Probe.from_dict(data[key])
+    prefix = "|".join(machine_key(0).split("|")[:2]) + "|"
+    ours = [v for k, v in data.items() if k.startswith(prefix) and isinstance(v, dict)]
+    if not ours:
+        return None
+    return Probe.from_dict(max(ours, key=lambda v: v.get("measured_at", 0)))
+
+
+def save_probe(cache_dir: Path, probe: Probe) -> None:
+    from sapo_core.fsutil import atomic_write_bytes
+
+    path = _path(cache_dir)
+    try:
+        data = json.loads(path.read_text())
+        data = data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        data = {}
+    data[probe.machine] = asdict(probe)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, json.dumps(data, indent=2).encode())
+
+
+def probe_from_metrics(m: dict[str, float], machine: str, model_id: str, params: int, threads: int,
+                       questions: int) -> Probe:
+    """A probe from one round's metrics (the node's store keys)."""
+    sample, update, rnd = m.get("time/sample", 0.0), m.get("time/update", 0.0), m.get("time/round", 0.0)
+    comp_tokens = m.get("completions/mean_tokens", 0.0)
+    # packed: tokens = K x (questions x prompt + completions x (answer + stop))
+    steps = max(1.0, m.get("train/steps", 1.0))
+    per_step = m.get("train/tokens", 0.0) / steps
+    prompt = max(0.0, (per_step - m.get("train/completion_tokens", 0.0)) / max(1, questions))
+    return Probe(machine=machine, model_id=model_id, params=params, threads=threads,
+                 sample_tok_s=m.get("sampler/tok_per_s", 0.0), train_tok_s=m.get("train/tok_per_s", 0.0),
+                 completion_tokens=comp_tokens, prompt_tokens=prompt,
+                 overhead_seconds=max(0.0, rnd - sample - update), round_seconds=rnd, measured_at=time.time())
+
+
+def run_probe(cache_dir: Path, log=print) -> Probe:
+    """Two real rounds of the embedded model (the second kept); cached; ~30-60 s with the load."""
+    from sapo_core.catalog import load_catalogue
+    from sapo_core.config import NodeConfig
+    from sapo_core.node import Node
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in the node process (worker.py)
+    entry = load_catalogue().embedded
+    with tempfile.TemporaryDirectory(prefix="sapo-probe-") as tmp:
+        cfg = NodeConfig().replace(**{"model.name": entry.id, "swarm.enabled": False, "round.external_groups": 0,
+                                      "round.auto_scale": False, "train.kl_beta": 0.01, "run_dir": tmp,
+                                      **PROBE_SHAPE})
+        node = Node(cfg)
+        t0 = time.perf_counter()
+        node.setup()
+        log(f"probe: {entry.id} loaded in {time.perf_counter() - t0:.0f} s, {node.threads} thread(s)")
+        try:
+            node.run_round()
+            m = node.run_round()
+        finally:
+            node.close()
+        probe = probe_from_metrics(m, machine_key(node.threads), entry.id, entry.params, node.threads,
+                                   PROBE_SHAPE["round.local_groups"])
+    log(f"probe: round {probe.round_seconds:.1f} s: sampling {probe.sample_tok_s:.0f} tok/s, training "
+        f"{probe.train_tok_s:.0f} tok/s, answers {probe.completion_tokens:.1f} tokens, prompts "
+        f"{probe.prompt_tokens:.0f}, other {probe.overhead_seconds:.1f} s")
+    save_probe(cache_dir, probe)
+    return probe
+
+
+__all__ = ["Probe", "PROBE_FILE", "PROBE_SHAPE", "machine_key", "load_probe", "save_probe", "probe_from_metrics",
+           "run_probe"]
