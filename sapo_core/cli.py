@@ -16,6 +16,9 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("run", "sapo_core.commands.run", "train: run rounds of SAPO on this machine"),
     ("hardware", "sapo_core.commands.hardware", "show what this machine has and which model fits"),
     ("doctor", "sapo_core.commands.doctor", "check this machine can run a node, with a fix for each problem"),
+    ("export", "sapo_core.commands.export", "write the trained model as GGUF, Ollama, Hugging Face or a LoRA adapter"),
+    ("stats", "sapo_core.commands.stats", "what this node gave (CPU-hours, rounds, groups) and peers' receipts"),
+    ("try", "sapo_core.commands.try", "answer a question with the base and the trained model, with rewards"),
 ]
 
 
