@@ -1,4 +1,4 @@
-"""The main window: status and controls on top, then Dashboard, Swarm, Settings and Log tabs.
+"""The main window: status and controls on top, then Dashboard, Try it, Swarm, Settings and Log tabs.
 
 It holds the models (status, history, swarm, log), feeds them the bridge's signals, and
 turns the views' requests into node commands and saved settings. Closing it hides it in the
@@ -29,18 +29,20 @@ from app.eventlog import EventLog, readable_error
 from app.models import NodeStatus, RoundHistory, SwarmModel
 from app.settings import UiSettings, has_node_config, load_node_config, node_config_path, save_node_config, with_run_dir
 from app.swarm_view import SwarmView
+from app.theme import style_sheet
 from app.tray import TrayIcon
+from app.try_view import TryView
 
-TABS = ("Dashboard", "Swarm", "Settings", "Log")
-STYLE = """
-QLabel#bigNumber { font-size: 20pt; font-weight: 600; color: #1F2937; }
-QLabel#errorText { color: #B42318; }
-QFrame#errorBanner { background: #FDECEA; border: 1px solid #F5B5AE; border-radius: 4px; }
-QFrame#errorBanner QLabel { color: #7A1B12; }
-QFrame#statusPanel { background: #F6F8FA; border: 1px solid #D8DEE4; border-radius: 4px; }
-QLabel#reasonLabel { color: #333333; font-size: 11pt; }
-QLabel#resourcesLabel { color: #555555; }
-"""
+TABS = ("Dashboard", "Try it", "Swarm", "Settings", "Log")
+HELP_TEXT = ("<p>Your computer answers practice questions with a small language model, scores the answers, "
+             "and trains the model on them (SAPO: swarm GRPO). With a swarm, nodes share their scored answers, "
+             "so each one also learns from the others'.</p><p><b>Dashboard</b>: is the model getting better "
+             "(held-out questions it never trains on), and what you gave. <b>Try it</b>: ask the model you "
+             "started from and the one you trained the same question. <b>Settings</b>: how much of this "
+             "computer to share and when. Pausing is always safe: the node resumes where it stopped.</p>"
+             "<p>Keys: Ctrl+1…5 switch tabs, Ctrl+R starts, Ctrl+E exports the model, Ctrl+Q quits.</p>")
+ABOUT_TEXT = ("Volunteer post-training of small language models with SAPO (Swarm sAmpling Policy "
+              "Optimization). Models keep their own licences; see the model card of an export.")
 
 
 def app_icon() -> QIcon:
@@ -91,17 +93,20 @@ class MainWindow(QMainWindow):
         self._quitting = self._restart_after_stop = False
         self.setWindowTitle(APP_NAME)
         self.setWindowIcon(app_icon())
-        self.setStyleSheet(STYLE)
+        self.setStyleSheet(style_sheet())  # colours from the system palette: light or dark
 
         self.banner = ErrorBanner()
         self.panel = StatusPanel()
         self.dashboard = DashboardView(self.history, window=settings.get("dashboard/window"))
+        self.try_view = TryView()
         self.swarm_view = SwarmView(self.swarm)
         self.share = ShareSettings()
         self.log_view = LogView(self.log, self.diagnostics)
         self.tabs = QTabWidget()
-        for view, name in zip((self.dashboard, self.swarm_view, self.share, self.log_view), TABS):
-            self.tabs.addTab(view, name)
+        for i, (view, name) in enumerate(zip((self.dashboard, self.try_view, self.swarm_view, self.share,
+                                              self.log_view), TABS)):
+            self.tabs.addTab(view, f"&{name}" if i else name)
+            view.setAccessibleName(name)
         self.tabs.setCurrentIndex(min(max(0, settings.get("window/tab")), len(TABS) - 1))
         central = QWidget()
         col = QVBoxLayout(central)
@@ -148,18 +153,46 @@ class MainWindow(QMainWindow):
 
     def _build_menu(self) -> None:
         menu = self.menuBar().addMenu("&Node")
-        actions = (("Start", self._on_start_requested), ("Stop", self._on_stop_action_triggered),
-                   ("Setup again…", self.open_setup), (None, None),
-                   ("Export plots as PNG…", self.dashboard._on_png_button_clicked),
-                   ("Export rounds as CSV…", self.dashboard._on_csv_button_clicked), (None, None),
-                   ("Quit (stops the node)", self.request_quit))
-        for text, slot in actions:
+        actions = (("Start", self._on_start_requested, "Ctrl+R"), ("Stop", self._on_stop_action_triggered, ""),
+                   ("Setup again…", self.open_setup, ""), (None, None, ""),
+                   ("Export the trained model…", self.open_export, "Ctrl+E"), (None, None, ""),
+                   ("Export plots as PNG…", self.dashboard._on_png_button_clicked, ""),
+                   ("Export rounds as CSV…", self.dashboard._on_csv_button_clicked, ""), (None, None, ""),
+                   ("Quit (stops the node)", self.request_quit, "Ctrl+Q"))
+        self._add_actions(menu, actions)
+        view = self.menuBar().addMenu("&View")
+        self._add_actions(view, tuple((name, lambda _=False, i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}")
+                                      for i, name in enumerate(TABS)))
+        helpm = self.menuBar().addMenu("&Help")
+        self._add_actions(helpm, (("How SAPO Swarm works", self._on_help_triggered, "F1"),
+                                  ("About SAPO Swarm", self._on_about_triggered, "")))
+
+    def _add_actions(self, menu, actions) -> None:
+        for text, slot, keys in actions:
             if text is None:
                 menu.addSeparator()
                 continue
             action = QAction(text, self)
+            if keys:
+                action.setShortcut(keys)
             action.triggered.connect(slot)
             menu.addAction(action)
+
+    def _on_help_triggered(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        QMessageBox.information(self, "How SAPO Swarm works", HELP_TEXT)
+
+    def _on_about_triggered(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("sapo-swarm")
+        except PackageNotFoundError:
+            v = "(not installed)"
+        QMessageBox.about(self, f"About {APP_NAME}", f"<b>{APP_NAME}</b> {v}<br>{ABOUT_TEXT}")
 
     # --- config and start ----------------------------------------------------------------------------
     def reload_config(self) -> bool:
@@ -208,6 +241,7 @@ class MainWindow(QMainWindow):
             self.swarm.clear()
         self._loaded_store = path
         self.dashboard.store_file = path
+        self.try_view.run_dir = str(path.parent)
         self.loader.load(path)
 
     def _save(self, cfg: NodeConfig) -> None:
@@ -340,6 +374,13 @@ class MainWindow(QMainWindow):
 
     def _on_details_requested(self) -> None:
         self.tabs.setCurrentWidget(self.log_view)
+
+    def open_export(self) -> None:
+        from app.export_dialog import ExportDialog
+
+        cfg = with_run_dir(self.saved_config) if self.saved_config is not None else None
+        dialog = ExportDialog(str(cfg.run_dir) if cfg is not None else "", parent=self)
+        dialog.open()
 
     def open_setup(self) -> None:
         from app.wizard import SetupWizard
