@@ -13,7 +13,7 @@ import dataclasses
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QDoubleSpinBox, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel,
+from PySide6.QtWidgets import (QMenu, QCheckBox, QDoubleSpinBox, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel,
                                QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
 
 from sapo_core.config import ConfigError, ControlConfig, field_help
@@ -22,9 +22,13 @@ from sapo_core.control import protocol as P
 from app.models import NodeStatus
 
 SNOOZE_SECONDS = 3600.0
-STATE_COLORS = {P.RUNNING: "#1B7F3B", P.PAUSED: "#9A6700", P.SNOOZED: "#9A6700", P.PAUSING: "#9A6700",
-                P.CRASHED: "#B42318", P.STARTING: "#1F4E99"}
-GRAY = "#555555"
+SNOOZE_CHOICES = (("15 minutes", 900.0), ("1 hour", 3600.0), ("3 hours", 3 * 3600.0), ("8 hours", 8 * 3600.0))
+RUN_ANYWAY_SECONDS = 3600.0
+
+
+def held_by_rule(s: NodeStatus) -> bool:
+    """Paused by one of the volunteer's rules (battery, schedule, idle...), not by a click."""
+    return s.state == P.PAUSED and not s.reason.startswith("paused by you")
 
 
 class StatusPanel(QFrame):
@@ -36,6 +40,8 @@ class StatusPanel(QFrame):
     """Pause for this many seconds, then resume by itself."""
     start_requested = Signal()
     """Start the node (it is not running)."""
+    run_anyway_requested = Signal(float)
+    """Set the rules aside for this many seconds (a rule holds the node)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -55,14 +61,24 @@ class StatusPanel(QFrame):
         self.pause_after_button = QPushButton("Pause after this round")
         self.pause_after_button.setToolTip("Finish the round in progress, then pause")
         self.resume_button = QPushButton("Resume")
-        self.snooze_button = QPushButton("Snooze 1 h")
-        self.snooze_button.setToolTip("Pause for an hour, then resume by itself")
+        self.snooze_button = QPushButton("Snooze")
+        self.snooze_button.setToolTip("Pause for a while, then resume by itself")
+        snooze_menu = QMenu(self.snooze_button)
+        for text, seconds in SNOOZE_CHOICES:
+            snooze_menu.addAction(f"Snooze {text}", lambda s=seconds: self.snooze_requested.emit(s))
+        self.snooze_button.setMenu(snooze_menu)
+        self.run_anyway_button = QPushButton("Run anyway for 1 h")
+        self.run_anyway_button.setToolTip("Set your rules (schedule, battery, idle, temperature) aside for an hour")
+        self.run_anyway_button.clicked.connect(self._on_run_anyway_button_clicked)
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("Start the node with the saved settings")
+        for b, name in ((self.pause_button, "Pause now"), (self.pause_after_button, "Pause after this round"),
+                        (self.resume_button, "Resume"), (self.snooze_button, "Snooze"),
+                        (self.start_button, "Start the node"), (self.run_anyway_button, "Run anyway for one hour")):
+            b.setAccessibleName(name)
         self.pause_button.clicked.connect(self._on_pause_button_clicked)
         self.pause_after_button.clicked.connect(self._on_pause_after_button_clicked)
         self.resume_button.clicked.connect(self.resume_requested)
-        self.snooze_button.clicked.connect(self._on_snooze_button_clicked)
         self.start_button.clicked.connect(self.start_requested)
 
         text = QVBoxLayout()
@@ -71,8 +87,8 @@ class StatusPanel(QFrame):
         text.addWidget(self.reason_label)
         text.addWidget(self.resources_label)
         buttons = QHBoxLayout()
-        for b in (self.start_button, self.pause_button, self.pause_after_button, self.resume_button,
-                  self.snooze_button):
+        for b in (self.start_button, self.run_anyway_button, self.pause_button, self.pause_after_button,
+                  self.resume_button, self.snooze_button):
             buttons.addWidget(b)
         top = QHBoxLayout()
         top.addLayout(text, 1)
@@ -84,7 +100,11 @@ class StatusPanel(QFrame):
         self.refresh(NodeStatus())
 
     def refresh(self, s: NodeStatus) -> None:
-        color = STATE_COLORS.get(s.state, GRAY)
+        from app.theme import status_colours
+
+        c = status_colours()
+        color = {P.RUNNING: c["ok"], P.PAUSED: c["warning"], P.SNOOZED: c["warning"], P.PAUSING: c["warning"],
+                 P.CRASHED: c["error"], P.STARTING: c["info"]}.get(s.state, c["muted"])
         self.state_label.setText(f"<span style='color:{color}; font-size:15pt; font-weight:600'>● {s.title}</span>")
         self.state_label.setProperty("state", s.state)  # tests and style sheets read it
         detail = s.detail or " "
@@ -100,10 +120,12 @@ class StatusPanel(QFrame):
         self.resources_label.setText(" · ".join(extras))
         by_you = s.state == P.PAUSED and s.reason.startswith("paused by you")
         alive = s.alive and s.state != P.STOPPING
+        rule = alive and held_by_rule(s)
         self.start_button.setVisible(not s.alive)
-        self.pause_button.setEnabled(alive and not by_you)
+        self.run_anyway_button.setVisible(rule)  # Resume cannot lift a rule: this can
+        self.pause_button.setEnabled(alive and s.state not in (P.PAUSED, P.SNOOZED))
         self.pause_after_button.setEnabled(s.state == P.RUNNING)
-        self.resume_button.setEnabled(alive and s.state in (P.PAUSED, P.SNOOZED, P.PAUSING))
+        self.resume_button.setEnabled(alive and (by_you or s.state in (P.SNOOZED, P.PAUSING)))
         self.snooze_button.setEnabled(alive and s.state != P.SNOOZED)
         if s.state == P.RUNNING and s.total:
             self.progress.setRange(0, s.total)
@@ -120,8 +142,8 @@ class StatusPanel(QFrame):
     def _on_pause_after_button_clicked(self) -> None:
         self.pause_requested.emit(True)
 
-    def _on_snooze_button_clicked(self) -> None:
-        self.snooze_requested.emit(SNOOZE_SECONDS)
+    def _on_run_anyway_button_clicked(self) -> None:
+        self.run_anyway_requested.emit(RUN_ANYWAY_SECONDS)
 
 
 class ShareSettings(QWidget):

@@ -91,6 +91,15 @@ def write_demo_store(run_dir: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
+def demo_try_result() -> dict:
+    """What `sapo-node try --json` prints, for the Try it tab's screenshot."""
+    return {"question": "Calculate 48 + 17.", "dataset": "basic_arithmetic", "reference": "65", "round": 600,
+            "seconds": 9.4,
+            "base": {"text": "48 + 17 is 48 plus 17. Adding them gives the sum of the two numbers.\nAnswer: 55",
+                     "reward": 0.0},
+            "trained": {"text": "48 + 17: 40 + 10 = 50 and 8 + 7 = 15, so 50 + 15 = 65.\nAnswer: 65", "reward": 1.0}}
+
+
 def demo_node_events(rounds: int) -> list[P.Message]:
     """What a node in a swarm says about itself (identity, a state, gather progress naming peers)."""
     peer = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
@@ -110,4 +119,4 @@ def demo_node_events(rounds: int) -> list[P.Message]:
     return out
 
 
-__all__ = ["demo_rows", "demo_metrics", "write_demo_store", "demo_node_events", "TASKS", "DEMO_PEERS"]
+__all__ = ["demo_try_result", "demo_rows", "demo_metrics", "write_demo_store", "demo_node_events", "TASKS", "DEMO_PEERS"]

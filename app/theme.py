@@ -51,6 +51,15 @@ def colours(pal: QPalette | None = None) -> dict[str, str]:
     }
 
 
+def status_colours(pal: QPalette | None = None) -> dict[str, str]:
+    """Text colours with a meaning (ok, warning, error, info, command, plain) that read on the palette."""
+    if is_dark(pal):
+        return {"ok": "#7EE2A8", "warning": "#F2C94C", "error": "#FF8A80", "info": "#8AB4F8", "command": "#C58AF9",
+                "plain": colours(pal)["text"], "muted": colours(pal)["muted"]}
+    return {"ok": "#1B7F3B", "warning": "#9A6700", "error": "#B42318", "info": "#1F4E99", "command": "#5B3E96",
+            "plain": colours(pal)["text"], "muted": colours(pal)["muted"]}
+
+
 def curve_colours(pal: QPalette | None = None) -> tuple[str, ...]:
     return OKABE_ITO_DARK if is_dark(pal) else OKABE_ITO
 
@@ -87,4 +96,4 @@ def dark_palette() -> QPalette:
     return p
 
 
-__all__ = ["colours", "curve_colours", "is_dark", "mix", "style_sheet", "dark_palette", "palette"]
+__all__ = ["status_colours", "colours", "curve_colours", "is_dark", "mix", "style_sheet", "dark_palette", "palette"]

@@ -54,6 +54,8 @@ def app_icon() -> QIcon:
 class ErrorBanner(QFrame):
     details_requested = Signal()
     """Show the log, where the traceback and the node's output are."""
+    action_requested = Signal(str)
+    """The action button was pressed: "setup" (change the settings) or "start" (start again)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -61,18 +63,29 @@ class ErrorBanner(QFrame):
         self.label = QLabel(wordWrap=True)
         self.label.setObjectName("errorMessage")
         details, dismiss = QPushButton("Details"), QPushButton("Dismiss")
+        self.action_button = QPushButton()
+        self.action_button.clicked.connect(self._on_action_button_clicked)
+        self._action = ""
         details.clicked.connect(self.details_requested)
         dismiss.clicked.connect(self.hide)
         row = QHBoxLayout(self)
         row.addWidget(self.label, 1)
+        row.addWidget(self.action_button)
         row.addWidget(details)
         row.addWidget(dismiss)
         self.hide()
 
-    def show_message(self, headline: str, hint: str = "") -> None:
+    def show_message(self, headline: str, hint: str = "", action: str = "") -> None:
+        """`action`: "setup" offers to change the settings, "start" to start again, "" nothing."""
         esc = headline.replace("&", "&amp;").replace("<", "&lt;")
         self.label.setText(f"<b>{esc}</b>" + (f"<br>{hint}" if hint else ""))
+        self._action = action
+        self.action_button.setText({"setup": "Change settings…", "start": "Start again"}.get(action, ""))
+        self.action_button.setVisible(bool(action))
         self.show()
+
+    def _on_action_button_clicked(self) -> None:
+        self.action_requested.emit(self._action)
 
     @property
     def text(self) -> str:
@@ -132,7 +145,11 @@ class MainWindow(QMainWindow):
                 source.resume_requested.connect(self._on_resume_requested)
         self.panel.snooze_requested.connect(self._on_snooze_requested)
         self.panel.start_requested.connect(self._on_start_requested)
+        self.panel.run_anyway_requested.connect(self._on_run_anyway_requested)
+        self._rules_back = QTimer(self, singleShot=True)
+        self._rules_back.timeout.connect(self._on_rules_back_timeout)
         if self.tray is not None:
+            self.tray.start_requested.connect(self._on_start_requested)
             self.tray.snooze_requested.connect(self._on_snooze_requested)
             self.tray.open_requested.connect(self.bring_to_front)
             self.tray.quit_requested.connect(self.request_quit)
@@ -142,6 +159,7 @@ class MainWindow(QMainWindow):
         self.share.setup_requested.connect(self.open_setup)
         self.dashboard.window_changed.connect(self._on_window_changed)
         self.banner.details_requested.connect(self._on_details_requested)
+        self.banner.action_requested.connect(self._on_banner_action_requested)
         self.loader.loaded.connect(self._on_loaded)
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)
 
@@ -258,7 +276,8 @@ class MainWindow(QMainWindow):
         self.status.apply(ev)
         self._refresh_status()
         if ev.state == P.CRASHED and self.banner.isHidden():
-            self.banner.show_message(f"The node stopped: {ev.reason}", "See the Log tab for details.")
+            self.banner.show_message(f"The node stopped: {ev.reason}", "See the Log tab for details.", "start")
+        self._refresh_status()
 
     def _on_round_done(self, ev: P.RoundDone) -> None:
         self.status.apply(ev)
@@ -307,7 +326,8 @@ class MainWindow(QMainWindow):
 
     def _on_error(self, ev: P.Error) -> None:
         headline, hint = readable_error(ev)
-        self.banner.show_message(headline, hint)
+        self.banner.show_message(headline, hint, "setup" if ev.kind == P.CONFIG else "start" if ev.fatal else "")
+        self._refresh_status()
         if self.tray is not None and not self.isVisible():
             self.tray.notify(APP_NAME, headline, error=True)
 
@@ -325,6 +345,10 @@ class MainWindow(QMainWindow):
 
     def _refresh_status(self) -> None:
         self.panel.refresh(self.status)
+        if self.status.state == P.CRASHED and not self.banner.isHidden():
+            # one message: the banner says what happened and what to do; the panel does not repeat it
+            self.panel.reason_label.setText("The message above says why, and what to change.")
+            self.panel.reason_label.setToolTip("")
         if self.tray is not None:
             self.tray.refresh(self.status)
         self.setWindowTitle(f"{APP_NAME} — {self.status.title}")
@@ -341,6 +365,28 @@ class MainWindow(QMainWindow):
     def _on_snooze_requested(self, seconds: float = 3600.0) -> None:
         self.settings.set("node/paused_by_user", False)
         self.bridge.snooze(seconds)
+
+    def _on_run_anyway_requested(self, seconds: float) -> None:
+        """Set the rules aside for a while: the node runs now; the saved rules come back by themselves."""
+        if self.saved_config is None:
+            return
+        c = self.saved_config.control
+        self.bridge.set_rules(dataclasses.replace(c, pause_on_battery=False, only_when_idle=False, schedule="",
+                                                  max_temperature_c=0.0, min_free_memory_gb=0.0))
+        self._rules_back.start(int(seconds * 1000))
+        self.log_view.append(self.log.add("info", f"your rules are set aside for {seconds / 60:.0f} min"))
+
+    def _on_rules_back_timeout(self) -> None:
+        if self.saved_config is not None:
+            self.bridge.set_rules(self.saved_config.control)
+            self.log_view.append(self.log.add("info", "your rules hold again"))
+
+    def _on_banner_action_requested(self, action: str) -> None:
+        self.banner.hide()
+        if action == "setup":
+            self.open_setup()
+        else:
+            self._on_start_requested()
 
     def _on_start_requested(self) -> None:
         if self.bridge.running:

@@ -22,9 +22,12 @@ from sapo_core.catalog import FITS, NO_FIT, SLOW
 from sapo_core.config import NodeConfig, RoundConfig
 
 from app.hardware_scan import VERDICT_ORDER, HardwareReport, HardwareScan
+from app.theme import status_colours, style_sheet
 
 JOIN, HOST, ALONE = "join", "host", "alone"
-VERDICT_COLORS = {FITS: "#1B7F3B", SLOW: "#9A6700", NO_FIT: "#B42318"}
+def verdict_colours() -> dict[str, str]:
+    c = status_colours()
+    return {FITS: c["ok"], SLOW: c["warning"], NO_FIT: c["error"]}
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,8 @@ def choices_from_config(cfg: NodeConfig) -> SetupChoices:
 
 
 def _heading(text: str, sub: str) -> QLabel:
-    label = QLabel(f"<h2 style='margin-bottom:2px'>{text}</h2><div style='color:#444'>{sub}</div>", wordWrap=True)
+    muted = status_colours()["muted"]  # from the palette: a fixed grey vanished on a dark desktop
+    label = QLabel(f"<h2 style='margin-bottom:2px'>{text}</h2><div style='color:{muted}'>{sub}</div>", wordWrap=True)
     return label
 
 
@@ -81,6 +85,7 @@ class SetupWizard(QDialog):
 
     def __init__(self, base: NodeConfig | None = None, parent: QWidget | None = None, scan: bool = True) -> None:
         super().__init__(parent)
+        self.setStyleSheet(style_sheet())  # inline errors (#errorText) in red, colours from the palette
         self.setWindowTitle("Set up SAPO Swarm")
         self.base = base or NodeConfig()
         self.choices = choices_from_config(self.base) if base is not None else SetupChoices()
@@ -156,7 +161,7 @@ class SetupWizard(QDialog):
             item = QTreeWidgetItem([m.id + star, m.status, f"{m.memory_gb:.1f} of {report.budget_gb:.1f} GB",
                                     f"~{m.round_seconds:.0f} s", m.reason])
             item.setData(0, Qt.ItemDataRole.UserRole, m.id)
-            item.setForeground(1, QBrush(QColor(VERDICT_COLORS.get(m.status, "#222222"))))
+            item.setForeground(1, QBrush(QColor(verdict_colours().get(m.status, status_colours()["plain"]))))
             item.setToolTip(4, m.reason)
             if m.id == report.recommended:
                 item.setFont(0, bold)
@@ -182,7 +187,8 @@ class SetupWizard(QDialog):
         m = self.report.option(model_id)
         note = f"<b>{model_id}</b> — {m.reason}" if m else model_id
         if m is not None and m.status == NO_FIT:
-            note += ". <span style='color:#B42318'>It will not fit: the node will refuse to start.</span>"
+            note += (f". <span style='color:{status_colours()['error']}'>It will not fit: the node will refuse to "
+                     "start.</span>")
         elif m is not None and m.status == SLOW:
             note += ". It fits, but rounds will be long on this computer."
         self.model_note.setText(note)

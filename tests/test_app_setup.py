@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QColor, QImage
 
 from sapo_core.config import NodeConfig, load_config, save_config
 from sapo_core.control import protocol as P
@@ -154,10 +154,15 @@ def test_screenshots_of_every_screen(tmp_path, data):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     names = {p.name for p in shots.glob("*.png")}
-    assert names == {"setup-1-computer.png", "setup-2-swarm.png", "setup-3-share.png", "dashboard.png", "swarm.png",
-                     "settings.png", "log.png", "error.png", "tray-menu.png"}
+    screens = ["dashboard", "try-it", "swarm", "settings", "log", "error"]
+    light_and_dark = ["setup-1-computer", "setup-2-swarm", "setup-3-share", "tray-menu", *screens]
+    assert names == {f"{n}{v}.png" for n in light_and_dark for v in ("", "-dark")} | {f"{n}-small.png" for n in screens}
     image = QImage(str(shots / "dashboard.png"))
     assert image.width() >= 1000 and image.height() >= 700
+    small = QImage(str(shots / "dashboard-small.png"))
+    assert (small.width(), small.height()) == (1000, 640)
+    # the dark variant is dark: the window's corner pixel has a low lightness
+    assert QColor(QImage(str(shots / "log-dark.png")).pixel(5, 400)).lightness() < 80
     # the plots are drawn: many distinct colours, not a blank window
     colours = {image.pixel(x, y) for x in range(0, image.width(), 7) for y in range(0, image.height(), 7)}
     assert len(colours) > 50
