@@ -128,6 +128,8 @@ class Card(QFrame):
             col.addWidget(w)
 
     def set_text(self, value: str, detail: str) -> None:
+        if (value, detail) == (self.value.text(), self.detail.text()):
+            return  # every round calls this: an unchanged card costs no layout
         self.value.setText(value)
         self.detail.setText(detail)
         self.setAccessibleDescription(f"{self.title.text()}: {value}. {detail}")
