@@ -49,9 +49,15 @@ def test_the_wizard_scans_recommends_and_joins(qtbot, data):
         wizard.show()
     report = scanned.args[0]
     item = wizard.models.currentItem()
-    assert item.data(0, Qt.ItemDataRole.UserRole) == report.recommended and "recommended" in item.text(0)
-    assert report.recommended_reason in wizard.scan_label.text() and " of " in item.text(2)
+    assert item.data(0, Qt.ItemDataRole.UserRole) == report.recommended and "★" in item.text(0)
+    assert report.recommended_reason in wizard.scan_label.text() and " GB" in item.text(5)
     assert wizard.models.topLevelItemCount() == len(report.models)
+    # the embedded model: its parameters, its licence, already here, and the whole why under the list
+    assert item.text(2) == "135 M" and item.text(6) == "apache-2.0" and item.text(3) == "included"
+    assert "about" in wizard.model_note.text() and "rounds per hour" in wizard.model_note.text()
+    # sorted by usefulness: everything that fits comes first
+    verdicts = [wizard.models.topLevelItem(i).text(1) for i in range(wizard.models.topLevelItemCount())]
+    assert verdicts == sorted(verdicts, key=["fits", "slow", "doesn't fit"].index)
 
     qtbot.mouseClick(wizard.next_button, Qt.MouseButton.LeftButton)
     # on the radio's circle, where a user clicks (its centre is empty space: the button spans the page)
