@@ -221,6 +221,16 @@ class ShareSettings(QWidget):
         self.setup_button.clicked.connect(self.setup_requested)
         col.addWidget(self.node_label)
         col.addWidget(self.setup_button, 0, Qt.AlignmentFlag.AlignLeft)
+        from app import autostart
+
+        self.autostart_box = QCheckBox("Start SAPO Swarm when I log in (in the tray, training as set above)")
+        self.autostart_box.setAccessibleName("Start at login")
+        try:
+            self.autostart_box.setChecked(autostart.is_enabled())
+        except OSError:
+            pass
+        self.autostart_box.toggled.connect(self._on_autostart_box_toggled)
+        col.addWidget(self.autostart_box)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
@@ -249,6 +259,15 @@ class ShareSettings(QWidget):
         for w in widgets:
             w.blockSignals(False)
         self.rules_error.clear()
+
+    def _on_autostart_box_toggled(self, on: bool) -> None:
+        from app import autostart
+
+        try:
+            autostart.set_enabled(on)
+            self.rules_error.setText("")
+        except OSError as e:
+            self.rules_error.setText(f"Could not change starting at login: {e}")
 
     def set_node_text(self, text: str) -> None:
         self.node_label.setText(text)

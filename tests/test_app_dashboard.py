@@ -97,3 +97,22 @@ def test_dark_palette_gives_light_text_and_plots(qtbot):
     assert theme.is_dark(dark) and QColor(c["text"]).lightness() > 180 and QColor(c["plot_bg"]).lightness() < 60
     assert "#000000" not in theme.curve_colours(dark)  # black curves vanish on a dark plot
     assert f"color: {c['text']}" in theme.style_sheet(dark)
+
+
+def test_start_at_login_writes_and_removes_the_autostart_entry(qtbot, tmp_path, monkeypatch):
+    import sys
+
+    if sys.platform != "linux":
+        pytest.skip("the freedesktop autostart entry")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    from app.controls import ShareSettings
+
+    settings = ShareSettings()
+    qtbot.addWidget(settings)
+    entry = tmp_path / "autostart" / "sapo-swarm.desktop"
+    assert not settings.autostart_box.isChecked()
+    settings.autostart_box.setChecked(True)
+    text = entry.read_text()
+    assert "app.main --minimized" in text and sys.executable in text
+    settings.autostart_box.setChecked(False)
+    assert not entry.exists()
