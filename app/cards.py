@@ -63,14 +63,15 @@ def contribution_text(stats: dict | None, history: RoundHistory) -> tuple[str, s
         cpu_h = history.total("cpu/seconds") / 3600
         return (f"{cpu_h:.1f} CPU-hours · {history.rounds:,} rounds", "counting…")
     c, rw = stats["contribution"], stats["receipts_week"]
-    head = f"{c['cpu_hours']:.1f} CPU-hours · {c['rounds']:,.0f} rounds · {_duration(c['seconds_today'])} today"
+    head = f"{c['cpu_hours']:.1f} CPU-hours · {c['rounds']:,.0f} rounds"
     if stats["receipts_total"]["receipts"]:
-        detail = f"your groups were trained on {rw['receipts']:,} times by {rw['peers']:,} peers this week"
+        back = f"your groups were trained on {rw['receipts']:,} times by {rw['peers']:,} peers this week"
     elif c["groups_published"]:
-        detail = f"{c['groups_published']:,.0f} groups shared; no peer has reported training on them yet"
+        back = f"{c['groups_published']:,.0f} groups shared; no peer has reported training on them yet"
     else:
-        detail = f"{_duration(c['seconds_week'])} this week; training alone (nothing shared)"
-    return head, detail
+        back = "training alone (nothing shared)"
+    return head, (f"running {_duration(c['seconds_today'])} today, {_duration(c['seconds_week'])} this week<br>"
+                  f"{back}")
 
 
 class StatsLoader(QObject):

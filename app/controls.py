@@ -45,6 +45,7 @@ class StatusPanel(QFrame):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.typical_round_s = 0.0  # recent rounds' mean length (the window sets it): the end estimate
         self.setObjectName("statusPanel")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.state_label = QLabel()
@@ -53,7 +54,7 @@ class StatusPanel(QFrame):
         self.reason_label.setObjectName("reasonLabel")
         self.reason_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.progress = QProgressBar(textVisible=False, maximumHeight=6)
-        self.resources_label = QLabel()
+        self.resources_label = QLabel(wordWrap=True)  # a long line must not widen the window past 1000 px
         self.resources_label.setObjectName("resourcesLabel")
 
         self.pause_button = QPushButton("Pause now")
@@ -113,6 +114,9 @@ class StatusPanel(QFrame):
         extras = []
         if s.model_id:
             extras.append(f"model {s.model_id} ({s.sampler})")
+        eta = s.round_eta(self.typical_round_s)
+        if eta is not None:
+            extras.append(f"round ends in ~{eta:.0f} s" if eta >= 1 else "round ending")
         if s.alive and s.rss_bytes:
             extras.append(f"node memory {s.rss_bytes / 2**20:,.0f} MB")
         if s.alive:

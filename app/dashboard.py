@@ -121,6 +121,7 @@ class DashboardView(QWidget):
         self.scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
         self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.scroll.setWidget(self.graphics)
+        self.scroll.setMinimumHeight(150)  # an error banner on a 640 px screen must not push the window taller
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon
-from PySide6.QtWidgets import (QApplication, QFrame, QHBoxLayout, QLabel, QMainWindow, QPushButton, QTabWidget,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QFrame, QHBoxLayout, QLabel, QMainWindow, QPushButton, QScrollArea,
+                               QTabWidget, QVBoxLayout, QWidget)
 
 from sapo_core.config import ConfigError, ControlConfig, NodeConfig
 from sapo_core.control import protocol as P
@@ -116,7 +116,10 @@ class MainWindow(QMainWindow):
         self.share = ShareSettings()
         self.log_view = LogView(self.log, self.diagnostics)
         self.tabs = QTabWidget()
-        for i, (view, name) in enumerate(zip((self.dashboard, self.try_view, self.swarm_view, self.share,
+        # the Settings page scrolls: its form is taller than a 640 px screen leaves it under an error banner
+        share_scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
+        share_scroll.setWidget(self.share)
+        for i, (view, name) in enumerate(zip((self.dashboard, self.try_view, self.swarm_view, share_scroll,
                                               self.log_view), TABS)):
             self.tabs.addTab(view, f"&{name}" if i else name)
             view.setAccessibleName(name)
@@ -289,6 +292,8 @@ class MainWindow(QMainWindow):
             self.swarm.add_round(ev.round, ev.metrics)
             self.swarm_view.refresh()
             self.dashboard.schedule_refresh()
+            _, recent = self.history.rolling("time/round", 5)
+            self.panel.typical_round_s = float(recent[-1]) if len(recent) else 0.0
 
     def _on_loaded(self, rows: list, error: str) -> None:
         if error:
@@ -302,6 +307,8 @@ class MainWindow(QMainWindow):
                 self.swarm.add_round(ev.round, ev.metrics)
         self.dashboard.refresh()
         self.swarm_view.refresh()
+        _, recent = self.history.rolling("time/round", 5)
+        self.panel.typical_round_s = float(recent[-1]) if len(recent) else 0.0
 
     def _on_progress(self, ev: P.Progress) -> None:
         self.status.apply(ev)

@@ -165,8 +165,9 @@ def test_screenshots_of_every_screen(tmp_path, data):
     assert names == {f"{n}{v}.png" for n in light_and_dark for v in ("", "-dark")} | {f"{n}-small.png" for n in screens}
     image = QImage(str(shots / "dashboard.png"))
     assert image.width() >= 1000 and image.height() >= 700
-    small = QImage(str(shots / "dashboard-small.png"))
-    assert (small.width(), small.height()) == (1000, 640)
+    for name in screens:  # every screen fits 1000 x 640, the error banner included
+        small = QImage(str(shots / f"{name}-small.png"))
+        assert (small.width(), small.height()) == (1000, 640), name
     # the dark variant is dark: the window's corner pixel has a low lightness
     assert QColor(QImage(str(shots / "log-dark.png")).pixel(5, 400)).lightness() < 80
     # the plots are drawn: many distinct colours, not a blank window
