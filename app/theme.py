@@ -84,8 +84,8 @@ def dark_palette() -> QPalette:
     """A dark palette (the screenshots' dark variant; what a dark desktop theme gives Qt)."""
     p = QPalette()
     R = QPalette.ColorRole
-    for role, colour in ((R.Window, "#202124"), (R.WindowText, "#E8EAED"), (R.Base, "#17181A"),
-                         (R.AlternateBase, "#2A2B2E"), (R.Text, "#E8EAED"), (R.Button, "#2D2E31"),
+    for role, colour in ((R.Window, "#202124"), (R.WindowText, "#E8EAED"), (R.Base, "#33363B"),
+                         (R.AlternateBase, "#3A3D42"), (R.Text, "#E8EAED"), (R.Button, "#2D2E31"),
                          (R.ButtonText, "#E8EAED"), (R.Highlight, "#3B82F6"), (R.HighlightedText, "#FFFFFF"),
                          (R.ToolTipBase, "#2D2E31"), (R.ToolTipText, "#E8EAED"), (R.PlaceholderText, "#9AA0A6"),
                          (R.Link, "#8AB4F8"), (R.BrightText, "#FFFFFF"), (R.Mid, "#3C4043"), (R.Dark, "#111111"),
