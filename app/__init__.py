@@ -6,7 +6,8 @@ checks it in a fresh interpreter): the node process does the work, the app start
 
 - `bridge`: `WorkerBridge`, the node's events as Qt signals on the GUI thread.
 - `models`, `eventlog`: plain-Python state the views draw (status, round history, swarm, log).
-- `dashboard`, `swarm_view`, `controls`, `log_view`: the views.
+- `dashboard` (+ `cards`), `try_view`, `swarm_view`, `controls`, `log_view`: the views;
+  `export_dialog`: Export…; `jobs`: a `sapo-node` command as a child process; `theme`: colours.
 - `wizard` (+ `hardware_scan`): the first run. `window`: the main window. `tray`: the tray icon.
 - `settings`: QSettings for the UI, node.toml for the node. `single`: one instance at a time.
 - `main`: `sapo-swarm`. `screenshots`: a PNG of each screen.

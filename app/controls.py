@@ -13,7 +13,7 @@ import dataclasses
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QDoubleSpinBox, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel,
+from PySide6.QtWidgets import (QMenu, QCheckBox, QDoubleSpinBox, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel,
                                QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
 
 from sapo_core.config import ConfigError, ControlConfig, field_help
@@ -22,9 +22,13 @@ from sapo_core.control import protocol as P
 from app.models import NodeStatus
 
 SNOOZE_SECONDS = 3600.0
-STATE_COLORS = {P.RUNNING: "#1B7F3B", P.PAUSED: "#9A6700", P.SNOOZED: "#9A6700", P.PAUSING: "#9A6700",
-                P.CRASHED: "#B42318", P.STARTING: "#1F4E99"}
-GRAY = "#555555"
+SNOOZE_CHOICES = (("15 minutes", 900.0), ("1 hour", 3600.0), ("3 hours", 3 * 3600.0), ("8 hours", 8 * 3600.0))
+RUN_ANYWAY_SECONDS = 3600.0
+
+
+def held_by_rule(s: NodeStatus) -> bool:
+    """Paused by one of the volunteer's rules (battery, schedule, idle...), not by a click."""
+    return s.state == P.PAUSED and not s.reason.startswith("paused by you")
 
 
 class StatusPanel(QFrame):
@@ -36,9 +40,12 @@ class StatusPanel(QFrame):
     """Pause for this many seconds, then resume by itself."""
     start_requested = Signal()
     """Start the node (it is not running)."""
+    run_anyway_requested = Signal(float)
+    """Set the rules aside for this many seconds (a rule holds the node)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.typical_round_s = 0.0  # recent rounds' mean length (the window sets it): the end estimate
         self.setObjectName("statusPanel")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.state_label = QLabel()
@@ -47,7 +54,7 @@ class StatusPanel(QFrame):
         self.reason_label.setObjectName("reasonLabel")
         self.reason_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.progress = QProgressBar(textVisible=False, maximumHeight=6)
-        self.resources_label = QLabel()
+        self.resources_label = QLabel(wordWrap=True)  # a long line must not widen the window past 1000 px
         self.resources_label.setObjectName("resourcesLabel")
 
         self.pause_button = QPushButton("Pause now")
@@ -55,14 +62,24 @@ class StatusPanel(QFrame):
         self.pause_after_button = QPushButton("Pause after this round")
         self.pause_after_button.setToolTip("Finish the round in progress, then pause")
         self.resume_button = QPushButton("Resume")
-        self.snooze_button = QPushButton("Snooze 1 h")
-        self.snooze_button.setToolTip("Pause for an hour, then resume by itself")
+        self.snooze_button = QPushButton("Snooze")
+        self.snooze_button.setToolTip("Pause for a while, then resume by itself")
+        snooze_menu = QMenu(self.snooze_button)
+        for text, seconds in SNOOZE_CHOICES:
+            snooze_menu.addAction(f"Snooze {text}", lambda s=seconds: self.snooze_requested.emit(s))
+        self.snooze_button.setMenu(snooze_menu)
+        self.run_anyway_button = QPushButton("Run anyway for 1 h")
+        self.run_anyway_button.setToolTip("Set your rules (schedule, battery, idle, temperature) aside for an hour")
+        self.run_anyway_button.clicked.connect(self._on_run_anyway_button_clicked)
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("Start the node with the saved settings")
+        for b, name in ((self.pause_button, "Pause now"), (self.pause_after_button, "Pause after this round"),
+                        (self.resume_button, "Resume"), (self.snooze_button, "Snooze"),
+                        (self.start_button, "Start the node"), (self.run_anyway_button, "Run anyway for one hour")):
+            b.setAccessibleName(name)
         self.pause_button.clicked.connect(self._on_pause_button_clicked)
         self.pause_after_button.clicked.connect(self._on_pause_after_button_clicked)
         self.resume_button.clicked.connect(self.resume_requested)
-        self.snooze_button.clicked.connect(self._on_snooze_button_clicked)
         self.start_button.clicked.connect(self.start_requested)
 
         text = QVBoxLayout()
@@ -71,8 +88,8 @@ class StatusPanel(QFrame):
         text.addWidget(self.reason_label)
         text.addWidget(self.resources_label)
         buttons = QHBoxLayout()
-        for b in (self.start_button, self.pause_button, self.pause_after_button, self.resume_button,
-                  self.snooze_button):
+        for b in (self.start_button, self.run_anyway_button, self.pause_button, self.pause_after_button,
+                  self.resume_button, self.snooze_button):
             buttons.addWidget(b)
         top = QHBoxLayout()
         top.addLayout(text, 1)
@@ -84,7 +101,11 @@ class StatusPanel(QFrame):
         self.refresh(NodeStatus())
 
     def refresh(self, s: NodeStatus) -> None:
-        color = STATE_COLORS.get(s.state, GRAY)
+        from app.theme import status_colours
+
+        c = status_colours()
+        color = {P.RUNNING: c["ok"], P.PAUSED: c["warning"], P.SNOOZED: c["warning"], P.PAUSING: c["warning"],
+                 P.CRASHED: c["error"], P.STARTING: c["info"]}.get(s.state, c["muted"])
         self.state_label.setText(f"<span style='color:{color}; font-size:15pt; font-weight:600'>● {s.title}</span>")
         self.state_label.setProperty("state", s.state)  # tests and style sheets read it
         detail = s.detail or " "
@@ -93,6 +114,9 @@ class StatusPanel(QFrame):
         extras = []
         if s.model_id:
             extras.append(f"model {s.model_id} ({s.sampler})")
+        eta = s.round_eta(self.typical_round_s)
+        if eta is not None:
+            extras.append(f"round ends in ~{eta:.0f} s" if eta >= 1 else "round ending")
         if s.alive and s.rss_bytes:
             extras.append(f"node memory {s.rss_bytes / 2**20:,.0f} MB")
         if s.alive:
@@ -100,10 +124,12 @@ class StatusPanel(QFrame):
         self.resources_label.setText(" · ".join(extras))
         by_you = s.state == P.PAUSED and s.reason.startswith("paused by you")
         alive = s.alive and s.state != P.STOPPING
+        rule = alive and held_by_rule(s)
         self.start_button.setVisible(not s.alive)
-        self.pause_button.setEnabled(alive and not by_you)
+        self.run_anyway_button.setVisible(rule)  # Resume cannot lift a rule: this can
+        self.pause_button.setEnabled(alive and s.state not in (P.PAUSED, P.SNOOZED))
         self.pause_after_button.setEnabled(s.state == P.RUNNING)
-        self.resume_button.setEnabled(alive and s.state in (P.PAUSED, P.SNOOZED, P.PAUSING))
+        self.resume_button.setEnabled(alive and (by_you or s.state in (P.SNOOZED, P.PAUSING)))
         self.snooze_button.setEnabled(alive and s.state != P.SNOOZED)
         if s.state == P.RUNNING and s.total:
             self.progress.setRange(0, s.total)
@@ -120,8 +146,8 @@ class StatusPanel(QFrame):
     def _on_pause_after_button_clicked(self) -> None:
         self.pause_requested.emit(True)
 
-    def _on_snooze_button_clicked(self) -> None:
-        self.snooze_requested.emit(SNOOZE_SECONDS)
+    def _on_run_anyway_button_clicked(self) -> None:
+        self.run_anyway_requested.emit(RUN_ANYWAY_SECONDS)
 
 
 class ShareSettings(QWidget):
@@ -199,6 +225,16 @@ class ShareSettings(QWidget):
         self.setup_button.clicked.connect(self.setup_requested)
         col.addWidget(self.node_label)
         col.addWidget(self.setup_button, 0, Qt.AlignmentFlag.AlignLeft)
+        from app import autostart
+
+        self.autostart_box = QCheckBox("Start SAPO Swarm when I log in (in the tray, training as set above)")
+        self.autostart_box.setAccessibleName("Start at login")
+        try:
+            self.autostart_box.setChecked(autostart.is_enabled())
+        except OSError:
+            pass
+        self.autostart_box.toggled.connect(self._on_autostart_box_toggled)
+        col.addWidget(self.autostart_box)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
@@ -227,6 +263,15 @@ class ShareSettings(QWidget):
         for w in widgets:
             w.blockSignals(False)
         self.rules_error.clear()
+
+    def _on_autostart_box_toggled(self, on: bool) -> None:
+        from app import autostart
+
+        try:
+            autostart.set_enabled(on)
+            self.rules_error.setText("")
+        except OSError as e:
+            self.rules_error.setText(f"Could not change starting at login: {e}")
 
     def set_node_text(self, text: str) -> None:
         self.node_label.setText(text)

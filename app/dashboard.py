@@ -1,8 +1,12 @@
 """The dashboard: how this node learns, round by round (pyqtgraph).
 
-Six plots over a `RoundHistory`: reward per round with its rolling mean, cumulative reward,
-accuracy per task, the share of training groups that came from peers, tokens/s (sampling
-and training), time per phase. All curves downsample ('peak') and clip to the view, so
+Headline cards (held-out quality, contribution: app/cards.py) over plots of a
+`RoundHistory`: reward per round with its rolling mean, held-out solve rate against the base
+model, accuracy per task, the share of training groups that came from peers (hidden while
+training alone), tokens/s (sampling and training), time per phase, and cumulative reward last
+(it rises whatever happens, so it is no headline). Curriculum changes are marked on the
+reward, held-out and accuracy plots. Three columns of plots from 1150 px, two below.
+Colours come from the system palette (app/theme.py). All curves downsample ('peak') and clip to the view, so
 10,000 rounds redraw within a frame (`sapo-bench gui` measures it). Redraws are coalesced:
 a burst of rounds (the history loading) costs one redraw.
 """
@@ -14,15 +18,19 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import (QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, QMessageBox, QPushButton, QSpinBox,
-                               QVBoxLayout, QWidget)
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, QMessageBox, QPushButton,
+                               QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
+from app import theme
+from app.cards import HeadlineCards
 from app.models import PHASE_GROUPS, RoundHistory
 
-# Okabe-Ito, readable on white and by colour-blind users
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442", "#999999")
-RAW_PEN = pg.mkPen("#B8C4D6", width=1)
+PALETTE = theme.OKABE_ITO  # the light palette's curve colours (theme.curve_colours() for the current one)
+# the plots in reading order; "peers" is left out while the node trains alone
+PLOT_ORDER = ("reward", "heldout", "accuracy", "peers", "speed", "time", "cumulative")
+WIDE_FROM_PX = 1150  # three columns of plots from this width, two below (a 1000 x 640 window)
+PLOT_ROW_MIN_PX = 190
 REFRESH_DELAY_MS = 100
 # pyqtgraph draws ~5 samples per pixel by default; with 'peak' (min and max of each bin) one bin
 # per pixel looks the same and costs a fifth (sapo-bench gui)
@@ -44,17 +52,25 @@ def axis_end(last_round: int) -> float:
 
 
 def configure_pyqtgraph() -> None:
-    pg.setConfigOptions(background="w", foreground="#222222", antialias=False, useNumba=False)
+    c = theme.colours()
+    pg.setConfigOptions(background=c["plot_bg"], foreground=c["plot_fg"], antialias=False, useNumba=False)
 
 
-def _tint(color: str, white: float) -> str:
-    """The colour mixed with `white` of white: opaque fills that stay light behind the lines."""
-    rgb = [int(color[k:k + 2], 16) for k in (1, 3, 5)]
-    return "#" + "".join(f"{round(c + (255 - c) * white):02X}" for c in rgb)
+def _tint(color: str, share: float) -> str:
+    """The colour mixed with `share` of the plot background: opaque fills that stay behind the lines."""
+    return theme.mix(color, theme.colours()["plot_bg"], share)
 
 
 def _pen(i: int, width: float = 2.0) -> pg.QtGui.QPen:
-    return pg.mkPen(PALETTE[i % len(PALETTE)], width=width)
+    colours = theme.curve_colours()
+    return pg.mkPen(colours[i % len(colours)], width=width)
+
+
+def curriculum_changes(history: RoundHistory) -> np.ndarray:
+    """Rounds at which any dataset's curriculum level differs from the round before."""
+    out = [x[1:][np.diff(y) != 0] for x, y in (history.get(k) for k in history.series
+                                               if k.startswith("curriculum/")) if len(y) > 1]
+    return np.unique(np.concatenate(out)) if out else np.empty(0)
 
 
 class DashboardView(QWidget):
@@ -68,7 +84,6 @@ class DashboardView(QWidget):
         configure_pyqtgraph()
         self.history = history
         self.window = window
-        self.store_file: Path | None = None  # the run store CSV export reads
         self._titles: dict[str, str] = {}
         self._legends: dict[str, list[tuple[str, str]]] = {}  # plot -> (name, colour) under its title
         self._widths: dict[str, float] = {}  # each curve's line width while the history is short
@@ -77,6 +92,11 @@ class DashboardView(QWidget):
         self._timer = QTimer(self, singleShot=True, interval=REFRESH_DELAY_MS)
         self._timer.timeout.connect(self.refresh)
 
+        self.cards = HeadlineCards(history)
+        self._columns = 3
+        self._visible: tuple[str, ...] = ()
+        self._marked = -1
+        self._marks: np.ndarray | None = None
         self.summary = QLabel(wordWrap=True)
         self.summary.setObjectName("dashboardSummary")
         self.window_spin = QSpinBox(minimum=1, maximum=1000, value=window, suffix=" rounds")
@@ -94,21 +114,27 @@ class DashboardView(QWidget):
         top.addWidget(self.csv_button)
 
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setMinimumHeight(360)
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
+        self.markers: dict[str, pg.PlotDataItem] = {}
         self._build_plots()
+        self.scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self.graphics)
+        self.scroll.setMinimumHeight(150)  # an error banner on a 640 px screen must not push the window taller
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(self.cards)
         layout.addLayout(top)
-        layout.addWidget(self.graphics, 1)
+        layout.addWidget(self.scroll, 1)
         self.refresh()
 
     # --- plots -------------------------------------------------------------------------------------
-    def _plot(self, key: str, title: str, row: int, col: int) -> pg.PlotItem:
-        p = self.graphics.addPlot(row=row, col=col)
+    def _plot(self, key: str, title: str, y_label: str) -> pg.PlotItem:
+        p = pg.PlotItem()
         self._titles[key] = title
+        p.setLabel("left", y_label)
         p.setDownsampling(auto=True, mode="peak")
         p.setClipToView(True)
         p.showGrid(x=True, y=True, alpha=0.25)
@@ -124,7 +150,10 @@ class DashboardView(QWidget):
     def _curve(self, plot_key: str, key: str, pen: pg.QtGui.QPen, name: str | None = None) -> pg.PlotDataItem:
         self._widths[key] = pen.widthF()
         c = self.plots[plot_key].plot(pen=pen, skipFiniteCheck=True)  # the history holds finite numbers only
-        c.setDownsampling(auto=True, method="peak")
+        # each round's raw figure keeps its spikes ('peak': min and max of each pixel's rounds); the
+        # rolling means are smooth, and the mean of each pixel's rounds draws them with half the
+        # vertices (a redraw at 10,000 rounds: -2 ms CPU, most of it in the stacked fills)
+        c.setDownsampling(auto=True, method="peak" if key.endswith("/raw") else "mean")
         c.opts["autoDownsampleFactor"] = SAMPLES_PER_PIXEL  # no setter for it in pyqtgraph 0.13/0.14
         c.setClipToView(True)
         self.curves[key] = c
@@ -136,26 +165,31 @@ class DashboardView(QWidget):
     def _set_title(self, plot_key: str) -> None:
         """The title, with the legend under it: a legend box inside the plot would hide data."""
         entries = [f"<span style='color:{color}'>■</span>&nbsp;{name}" for name, color in self._legends[plot_key]]
-        lines = [" &nbsp; ".join(entries[i:i + 4]) for i in range(0, len(entries), 4)]
+        lines = [" &nbsp; ".join(entries[i:i + 3]) for i in range(0, len(entries), 3)]
         self.plots[plot_key].setTitle(f"{self._titles[plot_key]}<br><span style='font-size:8pt'>"
                                       f"{'<br>'.join(lines)}</span>")
 
     def _build_plots(self) -> None:
-        self._plot("reward", "Reward per round", 0, 0)
-        self._curve("reward", "reward/raw", RAW_PEN, "each round")
+        raw = pg.mkPen(theme.colours()["raw"], width=1)
+        self._plot("reward", "Training reward per round", "reward (0 to 1)")
+        self._curve("reward", "reward/raw", raw, "each round")
         self._curve("reward", "reward/rolling", _pen(0, 2.5), "rolling mean")
-        self._plot("cumulative", "Cumulative reward", 0, 1)
-        self._curve("cumulative", "cumulative", _pen(1, 2.5), "sum of rewards per question")
-        self._plot("accuracy", "Accuracy per task (rolling mean)", 0, 2).setYRange(0, 1, padding=0.02)
+        self._plot("heldout", "Held-out questions solved", "share solved").setYRange(0, 1, padding=0.02)
+        self._curve("heldout", "heldout/now", _pen(2, 2.5), "trained model")
+        self._curve("heldout", "heldout/base", pg.mkPen(theme.colours()["muted"], width=1.5,
+                                                        style=Qt.PenStyle.DashLine), "base model")
+        self._plot("accuracy", "Accuracy per task (rolling mean)", "share solved").setYRange(0, 1, padding=0.02)
         self._legends["accuracy"] = []
         self._set_title("accuracy")
-        self._plot("peers", "Share of groups from peers", 1, 0).setYRange(0, 1, padding=0.02)
-        self._curve("peers", "peers/raw", RAW_PEN, "each round")
+        self._plot("peers", "Share of groups from peers", "share of groups").setYRange(0, 1, padding=0.02)
+        self._curve("peers", "peers/raw", raw, "each round")
         self._curve("peers", "peers/rolling", _pen(2, 2.5), "rolling mean")
-        self._plot("speed", "Tokens per second (rolling mean)", 1, 1)
-        self._curve("speed", "speed/sample", _pen(0), "sampling")
-        self._curve("speed", "speed/train", _pen(1), "training")
-        self._plot("time", "Time per round by phase (s, rolling mean)", 1, 2)
+        self._plot("speed", "Tokens per second (rolling mean)", "tokens / s")
+        for i, (key, name) in enumerate((("speed/sample", "sampling"), ("speed/train", "training"))):
+            self._curve("speed", key, _pen(i), name).setFillLevel(0)  # no brush: only keeps 0 in the y range
+        self._plot("cumulative", "Cumulative training reward", "sum of rewards")
+        self._curve("cumulative", "cumulative", _pen(1, 2.5), "sum of rewards per question")
+        self._plot("time", "Time per round by phase (rolling mean)", "seconds")
         # stacked bands: each curve is the running total up to its phase, filled down to 0 and drawn
         # over the ones above it, so the visible part of each fill is that phase's own share
         for i, (name, _) in enumerate(PHASE_GROUPS):
@@ -163,12 +197,17 @@ class DashboardView(QWidget):
             c.setFillLevel(0)
             c.setBrush(pg.mkBrush(_tint(PALETTE[i % len(PALETTE)], 0.45)))
             c.setZValue(len(PHASE_GROUPS) - i)
-        for col in range(3):  # equal columns, whatever the length of a title
-            self.graphics.ci.layout.setColumnStretchFactor(col, 1)
-            self.graphics.ci.layout.setColumnPreferredWidth(col, 300)
+        marker_pen = pg.mkPen(theme.colours()["marker"], width=1, style=Qt.PenStyle.DotLine)
+        for key in ("reward", "heldout", "accuracy"):
+            m = pg.PlotDataItem(pen=marker_pen, connect="finite")
+            self.plots[key].addItem(m, ignoreBounds=True)  # marks must not stretch the y range
+            self.markers[key] = m
+            self._legends.setdefault(key, []).append(("level change", theme.colours()["marker"]))
+            self._set_title(key)
         cached = QGraphicsItem.CacheMode.DeviceCoordinateCache
         for plot in self.plots.values():
-            plot.getAxis("left").setWidth(44)
+            plot.getAxis("left").setWidth(58)
+            plot.getAxis("left").enableAutoSIPrefix(False)  # "(x0.001)" beside a reward reads as an error
             # axes (with their grid) and titles change only when a range or a name does: keep them as
             # pixmaps instead of replaying their text every frame (halves a redraw: sapo-bench gui)
             for item in (plot.getAxis("left"), plot.getAxis("bottom"), plot.titleLabel):
@@ -183,6 +222,59 @@ class DashboardView(QWidget):
                 c.setPen(_pen(n, 1.0))
         return self.curves[key]
 
+    @property
+    def store_file(self) -> Path | None:
+        """The run store: what the CSV export and the contribution card read."""
+        return self.cards.store_file
+
+    @store_file.setter
+    def store_file(self, path: Path | None) -> None:
+        self.cards.store_file = path
+
+    # --- layout ------------------------------------------------------------------------------------
+    def alone(self) -> bool:
+        """No peer groups in any round and no swarm figures: the peer plots say nothing."""
+        h = self.history
+        return h.total("groups/external") == 0 and "swarm/peers" not in h.series
+
+    def arrange(self, columns: int | None = None) -> None:
+        """Place the visible plots row by row in `columns` columns (default: by the width)."""
+        columns = columns or (3 if self.width() >= WIDE_FROM_PX else 2)
+        visible = tuple(k for k in PLOT_ORDER if not (k == "peers" and self.alone()))
+        if (columns, visible) == (self._columns, self._visible):
+            return
+        ci = self.graphics.ci
+        for key in self._visible:
+            ci.removeItem(self.plots[key])
+        for key in PLOT_ORDER:
+            self.plots[key].setVisible(key in visible)
+        for i, key in enumerate(visible):
+            ci.addItem(self.plots[key], row=i // columns, col=i % columns)
+        for col in range(3):  # equal columns, whatever the length of a title
+            ci.layout.setColumnStretchFactor(col, 1 if col < columns else 0)
+            ci.layout.setColumnPreferredWidth(col, 250 if col < columns else 0)
+        rows = -(-len(visible) // columns)
+        self.graphics.setMinimumHeight(rows * PLOT_ROW_MIN_PX)
+        self._columns, self._visible = columns, visible
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self.arrange()
+
+    def _mark_curriculum(self) -> None:
+        if self._marked == self.history.rounds:
+            return
+        self._marked = self.history.rounds
+        xs = curriculum_changes(self.history)
+        if self._marks is not None and np.array_equal(xs, self._marks):
+            return  # levels change rarely: redrawing unchanged marks cost ~1 ms a plot (sapo-bench gui)
+        self._marks = xs
+        x = np.repeat(xs, 3)
+        y = np.tile([-100.0, 100.0, np.nan], len(xs))
+        x[2::3] = np.nan
+        for m in self.markers.values():
+            m.setData(x, y)
+
     # --- drawing -----------------------------------------------------------------------------------
     def schedule_refresh(self) -> None:
         """Redraw soon; several calls in a burst cost one redraw."""
@@ -195,6 +287,13 @@ class DashboardView(QWidget):
         x, rolling = h.rolling("reward/mean", w)
         self.curves["reward/rolling"].setData(x, rolling)
         self.curves["cumulative"].setData(*h.cumulative("reward/sum" if "reward/sum" in h.series else "reward/mean"))
+        for key, figure in (("heldout/now", "eval/solve_rate"), ("heldout/base", "eval/solve_rate_base")):
+            x, y = h.get(figure)
+            if self.points(key) != len(x):  # evaluations are every N rounds: skip the rounds between
+                self.curves[key].setData(x, y)
+        self.arrange()
+        self._mark_curriculum()
+        self.cards.refresh()
         for task in h.keys_under("accuracy/", skip=("mean",)):
             self._task_curve(task[len("accuracy/"):]).setData(*h.rolling(task, w))
         self.curves["peers/raw"].setData(*h.get("groups/external_share"))
@@ -211,7 +310,7 @@ class DashboardView(QWidget):
             below = band
         for key, curve in self.curves.items():
             dots = curve.xData is not None and 0 < len(curve.xData) <= DOTS_UP_TO and not key.endswith("/raw") \
-                and not key.startswith("time/")
+                and not key.startswith("time/") and key != "heldout/base"
             if dots != (curve.opts["symbol"] is not None):
                 pen = curve.opts["pen"]
                 curve.setSymbol("o" if dots else None)

@@ -4,7 +4,9 @@ there is no real run to show. Never shown as real: screenshots taken with them s
 
 The shapes follow what a node records (`Node._round_figures` and the swarm's `stats`):
 reward rising slowly with noise, three tasks taking turns, about half the groups from peers,
-the swarm's counters with an occasional rejection.
+the swarm's counters with an occasional rejection, curriculum levels that rise now and then,
+a held-out evaluation every 20 rounds (issue 11's `eval/*` keys) and the CPU time of each
+round. The store also gets a few peers' receipts, and its rounds end now.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import math
 import random
 import sqlite3
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -44,6 +47,13 @@ def demo_metrics(r: int, rng: random.Random, swarm: bool = True) -> dict[str, fl
         if swarm or phase not in ("share", "gather"):
             m[f"time/{phase}"] = max(0.0, t * (1 + rng.gauss(0, 0.1)))
     m["time/round"] = sum(v for k, v in m.items() if k.startswith("time/"))
+    m["cpu/seconds"] = 1.8 * m["time/round"]
+    for k, task in enumerate(TASKS):
+        m[f"curriculum/{task}_level"] = float(min(3, r // (180 + 90 * k)))
+    if r == 1 or r % 20 == 0:
+        now = 0.10 + 0.17 * progress + rng.gauss(0, 0.015)
+        m.update({"eval/solve_rate": now, "eval/solve_rate_base": 0.10, "eval/gain": now - 0.10,
+                  "eval/gain_ci_low": now - 0.17, "eval/gain_ci_high": now - 0.03, "eval/questions": 96.0})
     if swarm:
         rejected = 1.0 if rng.random() < 0.15 else 0.0
         m.update({"swarm/published": 2.0, "swarm/received": 6.0, "swarm/accepted": 6.0 - rejected,
@@ -67,14 +77,27 @@ def write_demo_store(run_dir: Path, n: int, seed: int = 0) -> Path:
     # RunStore.record_round commits (and fsyncs) each row: 10,000 of them take minutes. One transaction
     # over the same table takes a fraction of a second.
     db = sqlite3.connect(path)
+    end = time.time()
     try:
         with db:
             db.executemany("INSERT OR REPLACE INTO rounds (round, started, ended, metrics) VALUES (?, ?, ?, ?)",
-                           ((r, 1.7e9 + 100 * r, 1.7e9 + 100 * r + m["time/round"], json.dumps(m, sort_keys=True))
-                            for r, m in demo_rows(n, seed)))
+                           ((r, end - 100 * (n - r + 1), end - 100 * (n - r + 1) + m["time/round"],
+                             json.dumps(m, sort_keys=True)) for r, m in demo_rows(n, seed)))
+            db.executemany("INSERT OR IGNORE INTO receipts (peer, our_round, grp, seen_round, seen) VALUES "
+                           "(?, ?, ?, ?, ?)", ((f"peer-{i % 7}", max(1, n - i // 2), i % 2, n, end - 50 * i)
+                                               for i in range(min(n, 60))))
     finally:
         db.close()
     return path
+
+
+def demo_try_result() -> dict:
+    """What `sapo-node try --json` prints, for the Try it tab's screenshot."""
+    return {"question": "Calculate 48 + 17.", "dataset": "basic_arithmetic", "reference": "65", "round": 600,
+            "seconds": 9.4,
+            "base": {"text": "48 + 17 is 48 plus 17. Adding them gives the sum of the two numbers.\nAnswer: 55",
+                     "reward": 0.0},
+            "trained": {"text": "48 + 17: 40 + 10 = 50 and 8 + 7 = 15, so 50 + 15 = 65.\nAnswer: 65", "reward": 1.0}}
 
 
 def demo_node_events(rounds: int) -> list[P.Message]:
@@ -96,4 +119,4 @@ def demo_node_events(rounds: int) -> list[P.Message]:
     return out
 
 
-__all__ = ["demo_rows", "demo_metrics", "write_demo_store", "demo_node_events", "TASKS", "DEMO_PEERS"]
+__all__ = ["demo_try_result", "demo_rows", "demo_metrics", "write_demo_store", "demo_node_events", "TASKS", "DEMO_PEERS"]

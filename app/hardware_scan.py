@@ -28,10 +28,56 @@ class ModelOption:
     memory_gb: float  # on the training device's host (RAM)
     gpu_gb: float
     round_seconds: float
+    download_gb: float = 0.0
+    params: int = 0  # from the catalogue (0: unknown)
+    license: str = ""
+    downloaded: bool = False  # its GGUF is on this computer already (or ships with the app)
+
+    @property
+    def rounds_per_hour(self) -> float:
+        return 3600.0 / self.round_seconds if self.round_seconds > 0 else 0.0
+
+    def usefulness(self) -> tuple:
+        """Sort key, most useful first: what fits before what is slow before what does not fit; among
+        models that fit the largest (it learns most), among the others the fastest."""
+        rank = VERDICT_ORDER.get(self.status, 3)
+        return (rank, -self.params if rank == 0 else self.round_seconds)
+
+    def details(self) -> str:
+        parts = []
+        if self.params:
+            parts.append(f"{self.params / 1e6:,.0f} M parameters")
+        if self.download_gb:
+            size = f"{self.download_gb * 1000:,.0f} MB" if self.download_gb < 1 else f"{self.download_gb:.1f} GB"
+            parts.append(f"{size} download" + (" (already here)" if self.downloaded else ""))
+        if self.license:
+            parts.append(f"licence {self.license}")
+        if self.round_seconds:
+            parts.append(f"about {self.rounds_per_hour:.0f} rounds per hour")
+        return ", ".join(parts)
 
     def summary(self, budget_gb: float) -> str:
         """'fits: 6.7 of 16.9 GB, a round ~184 s'."""
         return f"{self.status}: {self.memory_gb:.1f} of {budget_gb:.1f} GB, a round ~{self.round_seconds:.0f} s"
+
+
+def _catalogue_facts(model_id: str) -> dict[str, Any]:
+    """Parameters, licence and whether the file is here, from the catalogue (not in the scan's JSON)."""
+    from sapo_core.catalog import CatalogError, load_catalogue
+
+    try:
+        e = load_catalogue().get(model_id)
+    except CatalogError:
+        return {}
+    return {"params": e.params, "license": e.license, "downloaded": e.embedded or _in_hub_cache(e)}
+
+
+def _in_hub_cache(e: Any) -> bool:
+    """The GGUF is in the hub cache (huggingface_hub's layout), so choosing it downloads nothing."""
+    from sapo_core.modelfiles import default_cache_dir
+
+    repo_dir = default_cache_dir() / f"models--{e.repo.replace('/', '--')}" / "snapshots"
+    return any((d / e.filename).is_file() for d in repo_dir.glob("*")) if repo_dir.is_dir() else False
 
 
 @dataclass(frozen=True)
@@ -63,7 +109,9 @@ class HardwareReport:
         ]
         models = [ModelOption(id=m["id"], status=m["status"], reason=m["reason"],
                               memory_gb=float(m["memory_gb"]["host"]), gpu_gb=float(m["memory_gb"]["gpu"]),
-                              round_seconds=float(m["round_estimate"]["seconds"])) for m in data["models"]]
+                              round_seconds=float(m["round_estimate"]["seconds"]),
+                              download_gb=float(m.get("disk_gb", {}).get("download", 0.0)), **_catalogue_facts(m["id"]))
+                  for m in data["models"]]
         choice = data["choice"]
         return cls(machine=machine, budget_gb=float(data["ram_budget_gb"]), recommended=choice["model"],
                    recommended_reason=choice["reason"], models=models, warnings=list(choice.get("warnings", [])))

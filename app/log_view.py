@@ -90,8 +90,11 @@ class LogView(QWidget):
             self.append(line)
 
     def append(self, line: LogLine) -> None:
-        color = {"error": "#B42318", "warning": "#9A6700", "state": "#1F4E99", "command": "#5B3E96"}.get(line.level,
-                                                                                                     "#222222")
+        from app.theme import status_colours
+
+        c = status_colours()  # from the palette: fixed dark text vanished on a dark desktop
+        color = {"error": c["error"], "warning": c["warning"], "state": c["info"], "command": c["command"]}.get(
+            line.level, c["plain"])
         text = line.format().replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         self.text.appendHtml(f"<span style='white-space:pre; color:{color}'>{text}</span>")
 

@@ -50,6 +50,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--headless", action="store_true", help="no window: run the node in this terminal")
     p.add_argument("--screenshots", metavar="DIR", help="write a PNG of each screen to DIR and exit")
     p.add_argument("--demo", action="store_true", help="with --screenshots: use made-up rounds, not the run store")
+    p.add_argument("--minimized", action="store_true",
+                   help="start in the tray, without the window (how start at login runs it)")
     return p.parse_args(argv)
 
 
@@ -66,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_headless("--headless")
     if not display_available():
         return run_headless("no display found (DISPLAY and WAYLAND_DISPLAY are not set)")
-    return run_gui(args.setup)
+    return run_gui(args.setup, minimized=args.minimized)
 
 
-def run_gui(force_setup: bool = False) -> int:
+def run_gui(force_setup: bool = False, minimized: bool = False) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -106,7 +108,8 @@ def run_gui(force_setup: bool = False) -> int:
         window = MainWindow(bridge, settings)
         single.activated.connect(window.bring_to_front)
         windows.append(window)
-        window.show()
+        if not (minimized and window.tray is not None and window.tray.available):
+            window.show()
         window.start_node()
         # Ctrl-C in the terminal that started the app quits cleanly (the node stops first)
         signal.signal(signal.SIGINT, lambda *_: window.request_quit())

@@ -10,6 +10,7 @@ The event log's model is in eventlog.py.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -23,6 +24,8 @@ PHASE_WORDS = {"sample": "sampling", "score": "scoring", "share": "sharing", "ga
 STATE_WORDS = {P.STARTING: "Starting", P.RUNNING: "Running", P.PAUSING: "Pausing", P.PAUSED: "Paused",
                P.SNOOZED: "Snoozed", P.STOPPING: "Stopping", P.STOPPED: "Stopped", P.CRASHED: "Stopped on an error",
                "not started": "Not started"}
+# what a phase's done/total count (sapo_core: sampler steps add the sequences still alive, one token each)
+PHASE_UNITS = {"sample": "tokens", "update": "micro-batches", "score": "questions"}
 TIME_PHASES = ("sample", "score", "share", "gather", "prepare", "update", "sync", "save")
 # the dashboard stacks the round's time in four bands; the small phases share one
 PHASE_GROUPS = (("sampling", ("sample",)), ("training", ("update", "sync")),
@@ -47,6 +50,15 @@ class NodeStatus:
     sampler: str = ""
     run_dir: str = ""
     pid: int | None = None
+    started_round: int = 0  # the round `round_started` belongs to
+    round_started: float | None = None  # time.monotonic() when it began (first sign of it)
+
+    def round_eta(self, typical_seconds: float, now: float | None = None) -> float | None:
+        """Seconds until the running round ends, from how long rounds take; None if unknown."""
+        if self.state != P.RUNNING or self.round_started is None or typical_seconds <= 0:
+            return None
+        elapsed = (time.monotonic() if now is None else now) - self.round_started
+        return max(0.0, typical_seconds - elapsed)
 
     def apply(self, ev: P.Message) -> bool:
         if isinstance(ev, P.State):
@@ -56,10 +68,13 @@ class NodeStatus:
                 self.phase, self.done, self.total = "", 0, 0
             return True
         if isinstance(ev, P.Progress):
+            if ev.round and ev.round != self.started_round:
+                self.started_round, self.round_started = ev.round, time.monotonic()
             self.round, self.phase, self.done, self.total = ev.round or self.round, ev.phase, ev.done, ev.total
             return True
         if isinstance(ev, P.RoundDone):
             self.round, self.phase, self.done, self.total = ev.round + 1, "", 0, 0
+            self.started_round, self.round_started = ev.round + 1, time.monotonic()
             return True
         if isinstance(ev, P.Heartbeat):
             changed = (self.rss_bytes, self.throttle) != (ev.rss_bytes, ev.throttle)
@@ -86,7 +101,9 @@ class NodeStatus:
         """The reason, or what the round is doing: one line under the state."""
         if self.state == P.RUNNING and self.phase:
             word = PHASE_WORDS.get(self.phase, self.phase)
-            count = f" {self.done}/{self.total}" if self.total > 1 else ""
+            unit = PHASE_UNITS.get(self.phase)
+            count = (f" {self.done:,} of {self.total:,} {unit}" if unit else f" {self.done}/{self.total}") \
+                if self.total > 1 else ""
             return f"round {self.round}: {word}{count}"
         if self.state == P.RUNNING and not self.reason:
             return f"round {self.round}" if self.round else ""

@@ -1,7 +1,9 @@
 """A PNG of each screen: `python -m app.screenshots DIR` or `sapo-swarm --screenshots DIR [--demo]`.
 
 Renders offscreen (no display needed): the three setup pages (with this computer's real
-hardware scan), the window's four tabs, the window showing a node error, and the tray menu.
+hardware scan), the window's five tabs, the window showing a node error, and the tray menu;
+then the setup pages and the window again on a dark palette (`-dark`) and the window at
+1000 x 640 (`-small`), the two cases the review found unreadable (issue 13).
 The dashboard shows the run store of the configured run when it has rounds; otherwise, or
 with `--demo`, made-up rounds from app/demo.py, and the window title then says "demo data".
 """
@@ -40,40 +42,53 @@ def take_screenshots(out_dir: str | os.PathLike, demo: bool | None = None) -> li
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from sapo_core.catalog import CatalogError, load_catalogue
     from sapo_core.config import NodeConfig
-    from sapo_core.control import protocol as P
 
-    from app.bridge import WorkerBridge
-    from app.demo import demo_node_events, write_demo_store
     from app.history import read_rows, store_path
-    from app.settings import UiSettings, has_node_config, load_node_config, with_run_dir
-    from app.window import MainWindow
+    from app.settings import has_node_config, load_node_config, with_run_dir
+    from app.theme import dark_palette
     from app.wizard import SetupWizard
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shots: list[Path] = []
-
-    # --- the setup wizard, with the real scan ----------------------------------------------------------
-    wizard = SetupWizard()
-    wizard.show()
-    _wait(app, lambda: not wizard.scanner.running() and wizard.scanner.process is not None, SCAN_TIMEOUT_S)
-    for i, name in enumerate(("setup-1-computer.png", "setup-2-swarm.png", "setup-3-share.png")):
-        wizard._show_page(i)
-        shots.append(_save(wizard, out, name, app))
-    wizard.close()
-
-    # --- the window --------------------------------------------------------------------------------------
+    light = app.palette()
     cfg = with_run_dir(load_node_config()) if has_node_config() else with_run_dir(NodeConfig())
     store = store_path(cfg.run_dir)
     use_demo = demo if demo is not None else not (store.is_file() and read_rows(store))
+    for suffix, palette, size in (("", light, (1180, 800)), ("-dark", dark_palette(), (1180, 800)),
+                                  ("-small", light, (1000, 640))):
+        app.setPalette(palette)
+        # --- the setup wizard, with the real scan ------------------------------------------------------
+        if suffix != "-small":
+            wizard = SetupWizard()
+            wizard.show()
+            _wait(app, lambda: not wizard.scanner.running() and wizard.scanner.process is not None, SCAN_TIMEOUT_S)
+            for i, name in enumerate(("setup-1-computer", "setup-2-swarm", "setup-3-share")):
+                wizard._show_page(i)
+                shots.append(_save(wizard, out, f"{name}{suffix}.png", app))
+            wizard.close()
+        shots += _window_shots(app, out, suffix, size, use_demo, cfg, store)
+    app.setPalette(light)
+    return shots
+
+
+def _window_shots(app, out: Path, suffix: str, size: tuple[int, int], use_demo: bool, cfg, store: Path) -> list[Path]:
+    from sapo_core.catalog import CatalogError, load_catalogue
+    from sapo_core.control import protocol as P
+
+    from app.bridge import WorkerBridge
+    from app.demo import demo_node_events, demo_try_result, write_demo_store
+    from app.settings import UiSettings
+    from app.window import TABS, MainWindow
+
+    shots: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="sapo-shots-") as tmp:
         bridge = WorkerBridge()
         settings = UiSettings(Path(tmp) / "ui.ini")  # the user's own UI settings stay untouched
         window = MainWindow(bridge, settings, use_tray=False)
-        window.resize(1180, 800)
+        window.resize(*size)
         if use_demo:
             store = write_demo_store(Path(tmp), 600)
         window.load_history(store)
@@ -81,14 +96,16 @@ def take_screenshots(out_dir: str | os.PathLike, demo: bool | None = None) -> li
         if use_demo:
             for ev in demo_node_events(window.history.last_round):
                 bridge._on_relay(ev)  # the GUI-thread entry real events take
+            window.try_view.show_result(demo_try_result())
         window.setWindowTitle(window.windowTitle() + (" (demo data)" if use_demo else f" ({cfg.run_dir})"))
         if use_demo:  # said inside the picture too: a grab has no title bar
             window.statusBar().showMessage("Demo data for these screenshots: made-up rounds (app/demo.py), "
                                            "not a real run.")
         window.show()
-        for index, name in enumerate(("dashboard.png", "swarm.png", "settings.png", "log.png")):
+        _wait(app, lambda: not window.dashboard.cards.loader.busy, 10)
+        for index, name in enumerate(TABS):
             window.tabs.setCurrentIndex(index)
-            shots.append(_save(window, out, name, app))
+            shots.append(_save(window, out, f"{name.lower().replace(' ', '-')}{suffix}.png", app))
         window.tabs.setCurrentIndex(0)
         try:
             load_catalogue().get("no-such-model")
@@ -97,14 +114,14 @@ def take_screenshots(out_dir: str | os.PathLike, demo: bool | None = None) -> li
             message = str(e)
         bridge._on_relay(P.Error(message=message, kind=P.CONFIG, fatal=True))
         bridge._on_relay(P.State(state=P.CRASHED, reason=f"{message} (exited with code 2)"))
-        shots.append(_save(window, out, "error.png", app))
-        if window.tray is None:
+        shots.append(_save(window, out, f"error{suffix}.png", app))
+        if window.tray is None and suffix != "-small":
             from app.tray import TrayIcon
 
             tray = TrayIcon(window.windowIcon())
             tray.refresh(window.status)
             tray.menu.adjustSize()
-            shots.append(_save(tray.menu, out, "tray-menu.png", app))
+            shots.append(_save(tray.menu, out, f"tray-menu{suffix}.png", app))
             tray.hide()
         window.hide()
         window.deleteLater()

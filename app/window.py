@@ -1,4 +1,4 @@
-"""The main window: status and controls on top, then Dashboard, Swarm, Settings and Log tabs.
+"""The main window: status and controls on top, then Dashboard, Try it, Swarm, Settings and Log tabs.
 
 It holds the models (status, history, swarm, log), feeds them the bridge's signals, and
 turns the views' requests into node commands and saved settings. Closing it hides it in the
@@ -13,14 +13,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon
-from PySide6.QtWidgets import (QApplication, QFrame, QHBoxLayout, QLabel, QMainWindow, QPushButton, QTabWidget,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QApplication, QMainWindow, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
 from sapo_core.config import ConfigError, ControlConfig, NodeConfig
 from sapo_core.control import protocol as P
 
 from app import APP_NAME
 from app.bridge import WorkerBridge
+from app.banner import ABOUT_TEXT, HELP_TEXT, ErrorBanner
 from app.controls import ShareSettings, StatusPanel
 from app.dashboard import DashboardView
 from app.history import HistoryLoader, store_path
@@ -29,52 +29,17 @@ from app.eventlog import EventLog, readable_error
 from app.models import NodeStatus, RoundHistory, SwarmModel
 from app.settings import UiSettings, has_node_config, load_node_config, node_config_path, save_node_config, with_run_dir
 from app.swarm_view import SwarmView
+from app.theme import style_sheet
 from app.tray import TrayIcon
+from app.try_view import TryView
 
-TABS = ("Dashboard", "Swarm", "Settings", "Log")
-STYLE = """
-QLabel#bigNumber { font-size: 20pt; font-weight: 600; color: #1F2937; }
-QLabel#errorText { color: #B42318; }
-QFrame#errorBanner { background: #FDECEA; border: 1px solid #F5B5AE; border-radius: 4px; }
-QFrame#errorBanner QLabel { color: #7A1B12; }
-QFrame#statusPanel { background: #F6F8FA; border: 1px solid #D8DEE4; border-radius: 4px; }
-QLabel#reasonLabel { color: #333333; font-size: 11pt; }
-QLabel#resourcesLabel { color: #555555; }
-"""
+TABS = ("Dashboard", "Try it", "Swarm", "Settings", "Log")
 
 
 def app_icon() -> QIcon:
     from importlib import resources
 
     return QIcon(str(resources.files("sapo_resources") / "sapo-swarm.svg"))
-
-
-class ErrorBanner(QFrame):
-    details_requested = Signal()
-    """Show the log, where the traceback and the node's output are."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("errorBanner")
-        self.label = QLabel(wordWrap=True)
-        self.label.setObjectName("errorMessage")
-        details, dismiss = QPushButton("Details"), QPushButton("Dismiss")
-        details.clicked.connect(self.details_requested)
-        dismiss.clicked.connect(self.hide)
-        row = QHBoxLayout(self)
-        row.addWidget(self.label, 1)
-        row.addWidget(details)
-        row.addWidget(dismiss)
-        self.hide()
-
-    def show_message(self, headline: str, hint: str = "") -> None:
-        esc = headline.replace("&", "&amp;").replace("<", "&lt;")
-        self.label.setText(f"<b>{esc}</b>" + (f"<br>{hint}" if hint else ""))
-        self.show()
-
-    @property
-    def text(self) -> str:
-        return self.label.text()
 
 
 class MainWindow(QMainWindow):
@@ -91,17 +56,23 @@ class MainWindow(QMainWindow):
         self._quitting = self._restart_after_stop = False
         self.setWindowTitle(APP_NAME)
         self.setWindowIcon(app_icon())
-        self.setStyleSheet(STYLE)
+        self.setStyleSheet(style_sheet())  # colours from the system palette: light or dark
 
         self.banner = ErrorBanner()
         self.panel = StatusPanel()
         self.dashboard = DashboardView(self.history, window=settings.get("dashboard/window"))
+        self.try_view = TryView()
         self.swarm_view = SwarmView(self.swarm)
         self.share = ShareSettings()
         self.log_view = LogView(self.log, self.diagnostics)
         self.tabs = QTabWidget()
-        for view, name in zip((self.dashboard, self.swarm_view, self.share, self.log_view), TABS):
-            self.tabs.addTab(view, name)
+        # the Settings page scrolls: its form is taller than a 640 px screen leaves it under an error banner
+        share_scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
+        share_scroll.setWidget(self.share)
+        for i, (view, name) in enumerate(zip((self.dashboard, self.try_view, self.swarm_view, share_scroll,
+                                              self.log_view), TABS)):
+            self.tabs.addTab(view, f"&{name}" if i else name)
+            view.setAccessibleName(name)
         self.tabs.setCurrentIndex(min(max(0, settings.get("window/tab")), len(TABS) - 1))
         central = QWidget()
         col = QVBoxLayout(central)
@@ -127,7 +98,11 @@ class MainWindow(QMainWindow):
                 source.resume_requested.connect(self._on_resume_requested)
         self.panel.snooze_requested.connect(self._on_snooze_requested)
         self.panel.start_requested.connect(self._on_start_requested)
+        self.panel.run_anyway_requested.connect(self._on_run_anyway_requested)
+        self._rules_back = QTimer(self, singleShot=True)
+        self._rules_back.timeout.connect(self._on_rules_back_timeout)
         if self.tray is not None:
+            self.tray.start_requested.connect(self._on_start_requested)
             self.tray.snooze_requested.connect(self._on_snooze_requested)
             self.tray.open_requested.connect(self.bring_to_front)
             self.tray.quit_requested.connect(self.request_quit)
@@ -137,6 +112,7 @@ class MainWindow(QMainWindow):
         self.share.setup_requested.connect(self.open_setup)
         self.dashboard.window_changed.connect(self._on_window_changed)
         self.banner.details_requested.connect(self._on_details_requested)
+        self.banner.action_requested.connect(self._on_banner_action_requested)
         self.loader.loaded.connect(self._on_loaded)
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)
 
@@ -148,18 +124,46 @@ class MainWindow(QMainWindow):
 
     def _build_menu(self) -> None:
         menu = self.menuBar().addMenu("&Node")
-        actions = (("Start", self._on_start_requested), ("Stop", self._on_stop_action_triggered),
-                   ("Setup again…", self.open_setup), (None, None),
-                   ("Export plots as PNG…", self.dashboard._on_png_button_clicked),
-                   ("Export rounds as CSV…", self.dashboard._on_csv_button_clicked), (None, None),
-                   ("Quit (stops the node)", self.request_quit))
-        for text, slot in actions:
+        actions = (("Start", self._on_start_requested, "Ctrl+R"), ("Stop", self._on_stop_action_triggered, ""),
+                   ("Setup again…", self.open_setup, ""), (None, None, ""),
+                   ("Export the trained model…", self.open_export, "Ctrl+E"), (None, None, ""),
+                   ("Export plots as PNG…", self.dashboard._on_png_button_clicked, ""),
+                   ("Export rounds as CSV…", self.dashboard._on_csv_button_clicked, ""), (None, None, ""),
+                   ("Quit (stops the node)", self.request_quit, "Ctrl+Q"))
+        self._add_actions(menu, actions)
+        view = self.menuBar().addMenu("&View")
+        self._add_actions(view, tuple((name, lambda _=False, i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}")
+                                      for i, name in enumerate(TABS)))
+        helpm = self.menuBar().addMenu("&Help")
+        self._add_actions(helpm, (("How SAPO Swarm works", self._on_help_triggered, "F1"),
+                                  ("About SAPO Swarm", self._on_about_triggered, "")))
+
+    def _add_actions(self, menu, actions) -> None:
+        for text, slot, keys in actions:
             if text is None:
                 menu.addSeparator()
                 continue
             action = QAction(text, self)
+            if keys:
+                action.setShortcut(keys)
             action.triggered.connect(slot)
             menu.addAction(action)
+
+    def _on_help_triggered(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        QMessageBox.information(self, "How SAPO Swarm works", HELP_TEXT)
+
+    def _on_about_triggered(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("sapo-swarm")
+        except PackageNotFoundError:
+            v = "(not installed)"
+        QMessageBox.about(self, f"About {APP_NAME}", f"<b>{APP_NAME}</b> {v}<br>{ABOUT_TEXT}")
 
     # --- config and start ----------------------------------------------------------------------------
     def reload_config(self) -> bool:
@@ -208,6 +212,7 @@ class MainWindow(QMainWindow):
             self.swarm.clear()
         self._loaded_store = path
         self.dashboard.store_file = path
+        self.try_view.run_dir = str(path.parent)
         self.loader.load(path)
 
     def _save(self, cfg: NodeConfig) -> None:
@@ -224,7 +229,8 @@ class MainWindow(QMainWindow):
         self.status.apply(ev)
         self._refresh_status()
         if ev.state == P.CRASHED and self.banner.isHidden():
-            self.banner.show_message(f"The node stopped: {ev.reason}", "See the Log tab for details.")
+            self.banner.show_message(f"The node stopped: {ev.reason}", "See the Log tab for details.", "start")
+        self._refresh_status()
 
     def _on_round_done(self, ev: P.RoundDone) -> None:
         self.status.apply(ev)
@@ -236,6 +242,8 @@ class MainWindow(QMainWindow):
             self.swarm.add_round(ev.round, ev.metrics)
             self.swarm_view.refresh()
             self.dashboard.schedule_refresh()
+            _, recent = self.history.rolling("time/round", 5)
+            self.panel.typical_round_s = float(recent[-1]) if len(recent) else 0.0
 
     def _on_loaded(self, rows: list, error: str) -> None:
         if error:
@@ -249,6 +257,8 @@ class MainWindow(QMainWindow):
                 self.swarm.add_round(ev.round, ev.metrics)
         self.dashboard.refresh()
         self.swarm_view.refresh()
+        _, recent = self.history.rolling("time/round", 5)
+        self.panel.typical_round_s = float(recent[-1]) if len(recent) else 0.0
 
     def _on_progress(self, ev: P.Progress) -> None:
         self.status.apply(ev)
@@ -273,7 +283,8 @@ class MainWindow(QMainWindow):
 
     def _on_error(self, ev: P.Error) -> None:
         headline, hint = readable_error(ev)
-        self.banner.show_message(headline, hint)
+        self.banner.show_message(headline, hint, "setup" if ev.kind == P.CONFIG else "start" if ev.fatal else "")
+        self._refresh_status()
         if self.tray is not None and not self.isVisible():
             self.tray.notify(APP_NAME, headline, error=True)
 
@@ -291,6 +302,10 @@ class MainWindow(QMainWindow):
 
     def _refresh_status(self) -> None:
         self.panel.refresh(self.status)
+        if self.status.state == P.CRASHED and not self.banner.isHidden():
+            # one message: the banner says what happened and what to do; the panel does not repeat it
+            self.panel.reason_label.setText("The message above says why, and what to change.")
+            self.panel.reason_label.setToolTip("")
         if self.tray is not None:
             self.tray.refresh(self.status)
         self.setWindowTitle(f"{APP_NAME} — {self.status.title}")
@@ -307,6 +322,28 @@ class MainWindow(QMainWindow):
     def _on_snooze_requested(self, seconds: float = 3600.0) -> None:
         self.settings.set("node/paused_by_user", False)
         self.bridge.snooze(seconds)
+
+    def _on_run_anyway_requested(self, seconds: float) -> None:
+        """Set the rules aside for a while: the node runs now; the saved rules come back by themselves."""
+        if self.saved_config is None:
+            return
+        c = self.saved_config.control
+        self.bridge.set_rules(dataclasses.replace(c, pause_on_battery=False, only_when_idle=False, schedule="",
+                                                  max_temperature_c=0.0, min_free_memory_gb=0.0))
+        self._rules_back.start(int(seconds * 1000))
+        self.log_view.append(self.log.add("info", f"your rules are set aside for {seconds / 60:.0f} min"))
+
+    def _on_rules_back_timeout(self) -> None:
+        if self.saved_config is not None:
+            self.bridge.set_rules(self.saved_config.control)
+            self.log_view.append(self.log.add("info", "your rules hold again"))
+
+    def _on_banner_action_requested(self, action: str) -> None:
+        self.banner.hide()
+        if action == "setup":
+            self.open_setup()
+        else:
+            self._on_start_requested()
 
     def _on_start_requested(self) -> None:
         if self.bridge.running:
@@ -340,6 +377,13 @@ class MainWindow(QMainWindow):
 
     def _on_details_requested(self) -> None:
         self.tabs.setCurrentWidget(self.log_view)
+
+    def open_export(self) -> None:
+        from app.export_dialog import ExportDialog
+
+        cfg = with_run_dir(self.saved_config) if self.saved_config is not None else None
+        dialog = ExportDialog(str(cfg.run_dir) if cfg is not None else "", parent=self)
+        dialog.open()
 
     def open_setup(self) -> None:
         from app.wizard import SetupWizard

@@ -21,10 +21,13 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QDialog, QFormLayout, QH
 from sapo_core.catalog import FITS, NO_FIT, SLOW
 from sapo_core.config import NodeConfig, RoundConfig
 
-from app.hardware_scan import VERDICT_ORDER, HardwareReport, HardwareScan
+from app.hardware_scan import HardwareReport, HardwareScan
+from app.theme import status_colours, style_sheet
 
 JOIN, HOST, ALONE = "join", "host", "alone"
-VERDICT_COLORS = {FITS: "#1B7F3B", SLOW: "#9A6700", NO_FIT: "#B42318"}
+def verdict_colours() -> dict[str, str]:
+    c = status_colours()
+    return {FITS: c["ok"], SLOW: c["warning"], NO_FIT: c["error"]}
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,8 @@ def choices_from_config(cfg: NodeConfig) -> SetupChoices:
 
 
 def _heading(text: str, sub: str) -> QLabel:
-    label = QLabel(f"<h2 style='margin-bottom:2px'>{text}</h2><div style='color:#444'>{sub}</div>", wordWrap=True)
+    muted = status_colours()["muted"]  # from the palette: a fixed grey vanished on a dark desktop
+    label = QLabel(f"<h2 style='margin-bottom:2px'>{text}</h2><div style='color:{muted}'>{sub}</div>", wordWrap=True)
     return label
 
 
@@ -81,6 +85,7 @@ class SetupWizard(QDialog):
 
     def __init__(self, base: NodeConfig | None = None, parent: QWidget | None = None, scan: bool = True) -> None:
         super().__init__(parent)
+        self.setStyleSheet(style_sheet())  # inline errors (#errorText) in red, colours from the palette
         self.setWindowTitle("Set up SAPO Swarm")
         self.base = base or NodeConfig()
         self.choices = choices_from_config(self.base) if base is not None else SetupChoices()
@@ -125,14 +130,13 @@ class SetupWizard(QDialog):
         self.scan_label = QLabel("Scanning this computer…", wordWrap=True)
         self.machine_form = QFormLayout()
         self.models = QTreeWidget()
-        self.models.setHeaderLabels(["Model", "Verdict", "Memory", "Round", "Why"])
+        self.models.setHeaderLabels(["Model", "Verdict", "Parameters", "Download", "Rounds / h", "Memory",
+                                     "Licence"])
+        self.models.setAccessibleName("Models this computer can train")
         self.models.setRootIsDecorated(False)
-        self.models.setColumnWidth(0, 190)
-        self.models.setColumnWidth(1, 90)
-        self.models.setColumnWidth(2, 110)
-        self.models.setColumnWidth(3, 70)
         self.models.currentItemChanged.connect(self._on_models_current_item_changed)
-        self.model_note = QLabel(wordWrap=True)
+        self.model_note = QLabel(wordWrap=True)  # the whole "why" of the chosen model, never cut
+        self.model_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         col.addWidget(self.scan_busy)
         col.addWidget(self.scan_label)
         col.addLayout(self.machine_form)
@@ -151,19 +155,26 @@ class SetupWizard(QDialog):
         preferred = self.choices.model if report.option(self.choices.model) else report.recommended
         bold = QFont()
         bold.setBold(True)
-        for m in sorted(report.models, key=lambda m: (VERDICT_ORDER.get(m.status, 3), -m.memory_gb)):
-            star = "  ★ recommended" if m.id == report.recommended else ""
-            item = QTreeWidgetItem([m.id + star, m.status, f"{m.memory_gb:.1f} of {report.budget_gb:.1f} GB",
-                                    f"~{m.round_seconds:.0f} s", m.reason])
+        for m in sorted(report.models, key=lambda m: m.usefulness()):
+            star = "  ★" if m.id == report.recommended else ""
+            size = (f"{m.download_gb * 1000:,.0f} MB" if m.download_gb < 1 else f"{m.download_gb:.1f} GB") \
+                if m.download_gb else ""
+            here = ("✓ here" if size else "included") if m.downloaded else size or "?"
+            item = QTreeWidgetItem([m.id + star, m.status, f"{m.params / 1e6:,.0f} M" if m.params else "?",
+                                    f"{size} {here}".strip() if m.downloaded and size else here,
+                                    f"{m.rounds_per_hour:.0f}", f"{m.memory_gb:.1f} GB", m.license or "?"])
             item.setData(0, Qt.ItemDataRole.UserRole, m.id)
-            item.setForeground(1, QBrush(QColor(VERDICT_COLORS.get(m.status, "#222222"))))
-            item.setToolTip(4, m.reason)
+            item.setForeground(1, QBrush(QColor(verdict_colours().get(m.status, status_colours()["plain"]))))
+            for c in range(7):
+                item.setToolTip(c, m.reason)
             if m.id == report.recommended:
                 item.setFont(0, bold)
+                item.setToolTip(0, f"recommended: {report.recommended_reason}")
             self.models.addTopLevelItem(item)
             if m.id == preferred:
                 self.models.setCurrentItem(item)
-        for col in range(4):
+        self.models.headerItem().setText(5, f"Memory (of {report.budget_gb:.1f} GB)")
+        for col in range(7):
             self.models.resizeColumnToContents(col)
         for w in report.warnings:
             self.model_note.setText(self.model_note.text() + f"\n⚠ {w}")
@@ -180,9 +191,10 @@ class SetupWizard(QDialog):
         model_id = item.data(0, Qt.ItemDataRole.UserRole)
         self.choices = dataclasses.replace(self.choices, model=model_id)
         m = self.report.option(model_id)
-        note = f"<b>{model_id}</b> — {m.reason}" if m else model_id
+        note = f"<b>{model_id}</b> — {m.reason}<br>{m.details()}" if m else model_id
         if m is not None and m.status == NO_FIT:
-            note += ". <span style='color:#B42318'>It will not fit: the node will refuse to start.</span>"
+            note += (f". <span style='color:{status_colours()['error']}'>It will not fit: the node will refuse to "
+                     "start.</span>")
         elif m is not None and m.status == SLOW:
             note += ". It fits, but rounds will be long on this computer."
         self.model_note.setText(note)

@@ -17,6 +17,9 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("eval", "sapo_core.commands.eval", "held-out solve rate of a run's checkpoint against the base model"),
     ("hardware", "sapo_core.commands.hardware", "show what this machine has and which model fits"),
     ("doctor", "sapo_core.commands.doctor", "check this machine can run a node, with a fix for each problem"),
+    ("export", "sapo_core.commands.export", "write the trained model as GGUF, Ollama, Hugging Face or a LoRA adapter"),
+    ("stats", "sapo_core.commands.stats", "what this node gave (CPU-hours, rounds, groups) and peers' receipts"),
+    ("try", "sapo_core.commands.try", "answer a question with the base and the trained model, with rewards"),
 ]
 
 

@@ -86,9 +86,14 @@ def test_node_status_says_what_the_round_does_or_why_it_holds():
     assert not s.alive and s.title == "Not started"
     s.apply(P.State(state=P.RUNNING, round=3))
     s.apply(P.Progress(round=3, phase="sample", done=4, total=16))
-    assert s.detail == "round 3: sampling 4/16"
+    assert s.detail == "round 3: sampling 4 of 16 tokens"
+    s.apply(P.Progress(round=3, phase="gather", done=1, total=3))
+    assert s.detail == "round 3: gathering 1/3"
+    started = s.round_started
+    assert started is not None and s.round_eta(60.0, now=started + 20) == 40.0
+    assert s.round_eta(60.0, now=started + 90) == 0.0 and s.round_eta(0.0) is None
     s.apply(P.RoundDone(round=3, metrics={}))
-    assert s.round == 4 and s.detail == "round 4"
+    assert s.round == 4 and s.detail == "round 4" and s.round_started >= started
     s.apply(P.State(state=P.PAUSED, reason="on battery (40 %)", round=4))
     assert s.holding and s.detail == "on battery (40 %)" and s.title == "Paused"
     assert s.apply(P.Heartbeat(t=0, state=P.PAUSED, round=4, cpu_seconds=1, rss_bytes=5, throttle=0.5))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QColor, QImage
 
 from sapo_core.config import NodeConfig, load_config, save_config
 from sapo_core.control import protocol as P
@@ -49,9 +49,15 @@ def test_the_wizard_scans_recommends_and_joins(qtbot, data):
         wizard.show()
     report = scanned.args[0]
     item = wizard.models.currentItem()
-    assert item.data(0, Qt.ItemDataRole.UserRole) == report.recommended and "recommended" in item.text(0)
-    assert report.recommended_reason in wizard.scan_label.text() and " of " in item.text(2)
+    assert item.data(0, Qt.ItemDataRole.UserRole) == report.recommended and "★" in item.text(0)
+    assert report.recommended_reason in wizard.scan_label.text() and " GB" in item.text(5)
     assert wizard.models.topLevelItemCount() == len(report.models)
+    # the embedded model: its parameters, its licence, already here, and the whole why under the list
+    assert item.text(2) == "135 M" and item.text(6) == "apache-2.0" and item.text(3) == "included"
+    assert "about" in wizard.model_note.text() and "rounds per hour" in wizard.model_note.text()
+    # sorted by usefulness: everything that fits comes first
+    verdicts = [wizard.models.topLevelItem(i).text(1) for i in range(wizard.models.topLevelItemCount())]
+    assert verdicts == sorted(verdicts, key=["fits", "slow", "doesn't fit"].index)
 
     qtbot.mouseClick(wizard.next_button, Qt.MouseButton.LeftButton)
     # on the radio's circle, where a user clicks (its centre is empty space: the button spans the page)
@@ -154,10 +160,16 @@ def test_screenshots_of_every_screen(tmp_path, data):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     names = {p.name for p in shots.glob("*.png")}
-    assert names == {"setup-1-computer.png", "setup-2-swarm.png", "setup-3-share.png", "dashboard.png", "swarm.png",
-                     "settings.png", "log.png", "error.png", "tray-menu.png"}
+    screens = ["dashboard", "try-it", "swarm", "settings", "log", "error"]
+    light_and_dark = ["setup-1-computer", "setup-2-swarm", "setup-3-share", "tray-menu", *screens]
+    assert names == {f"{n}{v}.png" for n in light_and_dark for v in ("", "-dark")} | {f"{n}-small.png" for n in screens}
     image = QImage(str(shots / "dashboard.png"))
     assert image.width() >= 1000 and image.height() >= 700
+    for name in screens:  # every screen fits 1000 x 640, the error banner included
+        small = QImage(str(shots / f"{name}-small.png"))
+        assert (small.width(), small.height()) == (1000, 640), name
+    # the dark variant is dark: the window's corner pixel has a low lightness
+    assert QColor(QImage(str(shots / "log-dark.png")).pixel(5, 400)).lightness() < 80
     # the plots are drawn: many distinct colours, not a blank window
     colours = {image.pixel(x, y) for x in range(0, image.width(), 7) for y in range(0, image.height(), 7)}
     assert len(colours) > 50

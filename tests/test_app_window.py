@@ -108,7 +108,9 @@ def test_pause_resume_and_snooze_buttons_drive_the_node_and_the_label(qtbot, win
     assert s.args[0].reason.startswith("paused by you after round")
 
     with qtbot.waitSignal(window.bridge.state_changed, check_params_cb=state_is(P.SNOOZED), timeout=ROUND_MS) as s:
-        qtbot.mouseClick(panel.snooze_button, Qt.MouseButton.LeftButton)
+        lengths = {a.text(): a for a in panel.snooze_button.menu().actions()}
+        assert list(lengths) == ["Snooze 15 minutes", "Snooze 1 hour", "Snooze 3 hours", "Snooze 8 hours"]
+        lengths["Snooze 3 hours"].trigger()
     assert s.args[0].until is not None and s.args[0].reason.startswith("snoozed until")
     assert label_state(window) == P.SNOOZED and "Snoozed" in panel.state_label.text()
     assert not panel.snooze_button.isEnabled()
@@ -116,7 +118,7 @@ def test_pause_resume_and_snooze_buttons_drive_the_node_and_the_label(qtbot, win
     with qtbot.waitSignal(window.bridge.state_changed, check_params_cb=state_is(P.RUNNING), timeout=ROUND_MS):
         qtbot.mouseClick(panel.resume_button, Qt.MouseButton.LeftButton)
     words = [ln.text for ln in window.log.lines if ln.level == "command"]
-    assert words == ["pause now", "resume", "pause after this round", "snooze 60 min", "resume"]
+    assert words == ["pause now", "resume", "pause after this round", "snooze 180 min", "resume"]
 
 
 def _status(qtbot, window, check) -> P.Status:

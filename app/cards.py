@@ -1,0 +1,169 @@
+"""The dashboard's headline: is the model getting better (held-out), and what did I give.
+
+- Held-out card: "held-out: 0.10 at start -> 0.27 now (+0.17, ±0.07)" from the `eval/*`
+  figures (issue 11), "no evaluation yet" before the first one. Training reward is not a
+  measure of progress (it moves with the draw of questions and the curriculum).
+- Contribution card: CPU-hours, rounds and time running today, and the peers' receipts
+  ("your groups were trained on N times by M peers this week"): the same figures as
+  `sapo-node stats`, computed from the run store on a thread after each round.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from sapo_core.store import HeldOut
+
+from app.models import RoundHistory
+
+
+def held_out(history: RoundHistory) -> HeldOut | None:
+    """The newest evaluation in the history, as the run store's `held_out_summary` reads it."""
+    if "eval/solve_rate" not in history.series:
+        return None
+    now = history.last("eval/solve_rate")
+    _, rates = history.get("eval/solve_rate")
+    base = history.last("eval/solve_rate_base", float(rates[0]))
+    gain = history.last("eval/gain", now - base)
+    low, high = history.last("eval/gain_ci_low"), history.last("eval/gain_ci_high")
+    return HeldOut(base=base, now=now, round=int(history.get("eval/solve_rate")[0][-1]), gain=gain,
+                   ci_low=None if math.isnan(low) else low, ci_high=None if math.isnan(high) else high)
+
+
+def held_out_text(history: RoundHistory) -> tuple[str, str]:
+    """(headline, detail) of the held-out card."""
+    h = held_out(history)
+    if h is None:
+        return ("no evaluation yet", "The node scores a fixed set of held-out questions now and then; "
+                "the base model's score is the starting point.")
+    words = h.sentence().removeprefix("held-out: ")
+    if h.ci_low is not None and h.ci_low > 0:
+        verdict = "better than the base model (the 95 % interval is above zero)"
+    elif h.ci_high is not None and h.ci_high < 0:
+        verdict = "worse than the base model so far"
+    else:
+        verdict = "not yet distinguishable from the base model"
+    return words, f"share of held-out questions solved, round {h.round:,}: {verdict}"
+
+
+def _duration(seconds: float) -> str:
+    h, m = divmod(int(round(seconds / 60)), 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min"
+
+
+def contribution_text(stats: dict | None, history: RoundHistory) -> tuple[str, str]:
+    """(headline, detail) of the contribution card, from `sapo-node stats`' figures."""
+    if not stats:
+        cpu_h = history.total("cpu/seconds") / 3600
+        return (f"{cpu_h:.1f} CPU-hours · {history.rounds:,} rounds", "counting…")
+    c, rw = stats["contribution"], stats["receipts_week"]
+    head = f"{c['cpu_hours']:.1f} CPU-hours · {c['rounds']:,.0f} rounds"
+    if stats["receipts_total"]["receipts"]:
+        back = f"your groups were trained on {rw['receipts']:,} times by {rw['peers']:,} peers this week"
+    elif c["groups_published"]:
+        back = f"{c['groups_published']:,.0f} groups shared; no peer has reported training on them yet"
+    else:
+        back = "training alone (nothing shared)"
+    return head, (f"running {_duration(c['seconds_today'])} today, {_duration(c['seconds_week'])} this week<br>"
+                  f"{back}")
+
+
+class StatsLoader(QObject):
+    """`sapo-node stats`' figures read from the run store on a thread (thousands of rows)."""
+
+    loaded = Signal(object)
+    """The figures (dict), or None when the store cannot be read."""
+
+    _done = Signal(object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._done.connect(self._on_done, Qt.ConnectionType.QueuedConnection)
+        self.busy = False
+
+    def load(self, path: Path) -> None:
+        if self.busy:
+            return
+        self.busy = True
+        threading.Thread(target=self._read, args=(path,), name="sapo-read-stats", daemon=True).start()
+
+    def _read(self, path: Path) -> None:
+        from sapo_core.commands.stats import gather_stats
+        from sapo_core.store import RunStore
+
+        try:
+            store = RunStore(path, readonly=True)
+            try:
+                stats = gather_stats(store, now=time.time())
+            finally:
+                store.close()
+        except Exception:  # the card is optional: it keeps its last figures
+            stats = None
+        self._done.emit(stats)
+
+    def _on_done(self, stats: dict | None) -> None:
+        self.busy = False
+        self.loaded.emit(stats)
+
+
+class Card(QFrame):
+    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("card")
+        self.title = QLabel(title)
+        self.title.setObjectName("cardTitle")
+        self.value = QLabel(wordWrap=True)
+        self.value.setObjectName("cardValue")
+        self.detail = QLabel(wordWrap=True)
+        self.detail.setObjectName("cardDetail")
+        col = QVBoxLayout(self)
+        col.setContentsMargins(10, 6, 10, 6)
+        col.setSpacing(2)
+        for w in (self.title, self.value, self.detail):
+            col.addWidget(w)
+
+    def set_text(self, value: str, detail: str) -> None:
+        if (value, detail) == (self.value.text(), self.detail.text()):
+            return  # every round calls this: an unchanged card costs no layout
+        self.value.setText(value)
+        self.detail.setText(detail)
+        self.setAccessibleDescription(f"{self.title.text()}: {value}. {detail}")
+
+
+class HeadlineCards(QWidget):
+    def __init__(self, history: RoundHistory, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.history = history
+        self.stats: dict | None = None
+        self.store_file: Path | None = None
+        self.held = Card("Is it getting better? (held-out questions)")
+        self.given = Card("What you gave, and what came back")
+        self.loader = StatsLoader(self)
+        self.loader.loaded.connect(self._on_loader_loaded)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.held, 1)
+        row.addWidget(self.given, 1)
+        self._stats_rounds = -1
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.held.set_text(*held_out_text(self.history))
+        self.given.set_text(*contribution_text(self.stats, self.history))
+        if self.store_file is not None and self.history.rounds != self._stats_rounds and self.store_file.is_file():
+            self._stats_rounds = self.history.rounds
+            self.loader.load(self.store_file)
+
+    def _on_loader_loaded(self, stats: dict | None) -> None:
+        if stats is not None:
+            self.stats = stats
+            self.given.set_text(*contribution_text(self.stats, self.history))
+
+
+__all__ = ["HeadlineCards", "held_out", "held_out_text", "contribution_text", "StatsLoader"]
