@@ -164,3 +164,13 @@ def test_an_unreachable_server_restarts_as_a_client(tmp_path):
         if b is not None:
             b.close()
         a.close()
+
+
+def test_config_names_a_wrong_reachability_mode():
+    from sapo_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="swarm.reachability: 'sometimes' must be one of auto, reachable"):
+        SwarmConfig(reachability="sometimes")
+    with pytest.raises(ConfigError, match="swarm.listed_swarm"):
+        SwarmConfig(listed_swarm="a b")
+    assert SwarmConfig(host_maddrs=[]).host_maddrs == []  # listening nowhere is allowed: a client

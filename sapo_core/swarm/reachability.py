@@ -26,6 +26,12 @@ MAX_REQUEST_BYTES = 512
 DIAL_TIMEOUT = 2.0
 MAX_CONCURRENT_DIALBACKS = 4
 REACHABLE, UNREACHABLE, UNKNOWN = "reachable", "unreachable", "unknown"
+# Addresses nobody on the internet can dial: this host, private ranges (RFC 1918, RFC 4193),
+# link-local, carrier-grade NAT (RFC 6598), unspecified. (Python's is_private also counts the
+# documentation ranges, which examples use as public addresses.)
+PRIVATE_NETWORKS = [ipaddress.ip_network(n) for n in (
+    "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10",
+    "0.0.0.0/32", "::1/128", "::/128", "fc00::/7", "fe80::/10")]
 
 
 @dataclass(frozen=True)
@@ -86,8 +92,7 @@ def is_private(maddr: str) -> bool:
     if ip is None:
         return False
     addr = ipaddress.ip_address(ip)
-    cgnat = addr.version == 4 and addr in ipaddress.ip_network("100.64.0.0/10")
-    return addr.is_private or addr.is_loopback or addr.is_link_local or cgnat or addr.is_unspecified
+    return any(addr in net for net in PRIVATE_NETWORKS if net.version == addr.version)
 
 
 def parse_request(data: bytes) -> list[int]:
