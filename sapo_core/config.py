@@ -231,7 +231,7 @@ class SwarmConfig:
         "sends nothing on the network but to the swarm's peers.", True)
     lan_interfaces: list = _help(
         "IP addresses of the interfaces LAN discovery uses (empty: those of swarm.host_maddrs; all when "
-        "listening on 0.0.0.0 or nowhere).", [])
+        "listening on 0.0.0.0 or nowhere; none when listening on loopback only).", [])
     window_seconds: float = _help(
         "Length of the DHT time windows records are published into; readers read the current and the "
         "previous one. Swarm-wide: nodes with another value never see each other.", 300.0)

@@ -57,14 +57,15 @@ def test_the_network_doctor_against_a_real_node(tmp_path, monkeypatch, capsys):
     from sapo_core.swarm.source import open_swarm
     from tests.test_swarm import RecordingHooks
 
-    host = open_swarm(SwarmConfig(swarm_name="doctor-test", host_maddrs=["/ip4/127.0.0.1/tcp/0"]),
+    host = open_swarm(SwarmConfig(swarm_name="doctor-test", host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                                  lan_interfaces=["127.0.0.1"]),
                       TaskSet(TaskConfig(), seed=0), tmp_path / "host", RecordingHooks())
     try:
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         dead = f"/ip4/127.0.0.1/tcp/{s.getsockname()[1]}/p2p/{host.node_id}"
         s.close()
-        cfg = SwarmConfig(swarm_name="doctor-test", host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        cfg = SwarmConfig(swarm_name="doctor-test", host_maddrs=["/ip4/127.0.0.1/tcp/0"], lan_interfaces=["127.0.0.1"],
                           initial_peers=[host.join_address, dead.replace(host.node_id, "QmWNtPYCUJ4LV4MDEU5FAnrJAPSZ1M6uGfCiDHasECE6ha")])
         c = _by_name(doctor.run_network_checks(cfg, timeout=5.0))
         assert c["daemon"].status == "ok" and "listening on /ip4/127.0.0.1/tcp/" in c["addresses"].detail

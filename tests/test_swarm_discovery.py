@@ -45,7 +45,9 @@ def test_bad_announcements_are_dropped(props, why):
 
 
 def test_discovery_runs_where_the_node_listens():
-    assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/127.0.0.1/tcp/0"])) == ["127.0.0.1"]
+    assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/127.0.0.1/tcp/0"])) is None  # tests: off
+    assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/127.0.0.1/tcp/0", "/ip4/10.1.2.3/tcp/0"])) \
+        == ["10.1.2.3"]
     assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/0.0.0.0/tcp/0"])) == []
     assert discovery_interfaces(SwarmConfig(host_maddrs=[])) == []
     assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/0.0.0.0/tcp/0"], lan_interfaces=["127.0.0.1"])) \
@@ -106,8 +108,10 @@ def test_two_nodes_find_each_other_on_loopback_by_mdns(tmp_path):
 
 
 @pytest.mark.network
-def test_discovery_off_sends_nothing(tmp_path):
-    cfg = SwarmConfig(swarm_name="lan-off", host_maddrs=["/ip4/127.0.0.1/tcp/0"], lan_discovery=False)
+@pytest.mark.parametrize("over", [dict(lan_discovery=False, lan_interfaces=["127.0.0.1"]), {}])
+def test_discovery_off_sends_nothing(tmp_path, over):
+    """Off by the setting, and off for a node listening on loopback only unless it asks."""
+    cfg = SwarmConfig(swarm_name="lan-off", host_maddrs=["/ip4/127.0.0.1/tcp/0"], **over)
     a = open_swarm(cfg, TaskSet(TaskConfig(), seed=0), tmp_path / "a", RecordingHooks())
     try:
         assert a.dht.discovery is None

@@ -241,10 +241,16 @@ class SwarmDHT:
         def found(peer_id: str, maddrs: list[str]) -> None:  # zeroconf's thread
             loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._dial_found(peer_id, maddrs)))
 
-        addrs = [m for m in self.visible_maddrs if "/p2p-circuit" not in m]
+        interfaces = discovery_interfaces(self.cfg)
+        if interfaces is None:
+            return  # listening on loopback only: see discovery_interfaces
+        direct = [m for m in self.visible_maddrs if "/p2p-circuit" not in m]
+        # announce loopback addresses only when announcing on loopback
+        outside = [m for m in direct if "/ip4/127." not in m and "/ip6/::1/" not in m]
+        addrs = direct if "127.0.0.1" in interfaces or not outside else outside
         try:
             self.discovery = LanDiscovery(self.cfg.swarm_name, self.identity.peer_id, addrs, found,
-                                          interfaces=discovery_interfaces(self.cfg))
+                                          interfaces=interfaces)
             await loop.run_in_executor(None, self.discovery.start)
         except DiscoveryError as e:
             self.discovery = None

@@ -65,9 +65,11 @@ def parse_announcement(props: Mapping[bytes | str, bytes | str | None], swarm: s
     return (peer, addrs) if addrs else None
 
 
-def discovery_interfaces(cfg: "SwarmConfig") -> list[str]:
-    """Where mDNS runs: `swarm.lan_interfaces` if given, else the interfaces the node listens on
-    (a node on 127.0.0.1 only announces on loopback); [] means all (listening on 0.0.0.0 or nowhere)."""
+def discovery_interfaces(cfg: "SwarmConfig") -> list[str] | None:
+    """Where mDNS runs: `swarm.lan_interfaces` if given, else the interfaces the node listens on;
+    [] means all (listening on 0.0.0.0 or nowhere); None means nowhere: a node listening on
+    loopback only is a test or an experiment on one machine, and must not meet other processes'
+    nodes (other test runs) by surprise; give lan_interfaces = ["127.0.0.1"] to want that."""
     from sapo_core.swarm.reachability import ip_of
 
     if cfg.lan_interfaces:
@@ -75,7 +77,8 @@ def discovery_interfaces(cfg: "SwarmConfig") -> list[str]:
     ips = [ip_of(m) for m in cfg.host_maddrs]
     if not ips or any(ip is None or ip in ("0.0.0.0", "::") for ip in ips):
         return []
-    return sorted(set(ip for ip in ips if ip))
+    ips = sorted(set(ip for ip in ips if ip and not ip.startswith("127.") and ip != "::1"))
+    return ips or None
 
 
 def _instance_name(swarm: str, peer_id: str) -> str:

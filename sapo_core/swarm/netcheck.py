@@ -69,7 +69,7 @@ async def main():
         await node.shutdown()
 
 def lan():
-    if not args["lan"]:
+    if not args["lan"] or args["lan_interfaces"] is None:
         return {"enabled": False}
     from sapo_core.swarm.discovery import DiscoveryError, LanDiscovery
     seen = {}
@@ -153,7 +153,8 @@ def judge_network(payload: dict[str, Any] | None, failure: str | None, cfg: Swar
                          "checked against peers once some answer"))
     lan = p.get("lan") or {}
     if not lan.get("enabled"):
-        out.append(check("lan", "ok", "LAN discovery is off (swarm.lan_discovery = false)"))
+        out.append(check("lan", "ok", "LAN discovery is off (swarm.lan_discovery = false, or listening on "
+                         "loopback only)"))
     elif not lan.get("ok"):
         out.append(check("lan", "warn", f"LAN discovery cannot run: {lan.get('error', '?')}",
                          "allow multicast (UDP 5353) on this network or firewall, or turn it off: "
