@@ -16,6 +16,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("run", "sapo_core.commands.run", "train: run rounds of SAPO on this machine"),
     ("hardware", "sapo_core.commands.hardware", "show what this machine has and which model fits"),
     ("doctor", "sapo_core.commands.doctor", "check this machine can run a node, with a fix for each problem"),
+    ("swarms", "sapo_core.commands.swarms", "list the swarms this node knows, or add one from an invitation"),
 ]
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from sapo_core.config import SwarmConfig, TaskConfig
-from sapo_core.swarm.discovery import announcement, discovery_interfaces, parse_announcement
+from sapo_core.swarm.discovery import addresses_to_announce, announcement, discovery_interfaces, parse_announcement
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
 from tests.test_swarm import RecordingHooks, honest_groups
@@ -52,6 +52,13 @@ def test_discovery_runs_where_the_node_listens():
     assert discovery_interfaces(SwarmConfig(host_maddrs=[])) == []
     assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/0.0.0.0/tcp/0"], lan_interfaces=["127.0.0.1"])) \
         == ["127.0.0.1"]
+
+
+def test_loopback_addresses_are_announced_only_on_loopback():
+    mine = ["/ip4/127.0.0.1/tcp/1/p2p/Qm", "/ip4/10.0.0.5/tcp/1/p2p/Qm", "/ip4/9.9.9.9/tcp/1/p2p/R/p2p-circuit/p2p/Qm"]
+    assert addresses_to_announce(mine, []) == ["/ip4/10.0.0.5/tcp/1/p2p/Qm"]
+    assert addresses_to_announce(mine, ["127.0.0.1"]) == mine[:2]
+    assert addresses_to_announce(mine[:1], []) == mine[:1]
 
 
 def _loopback_multicast_works() -> str:

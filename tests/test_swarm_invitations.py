@@ -189,3 +189,19 @@ def test_a_dead_bootstrap_list_trains_alone_and_retries(tmp_path):
         assert node.stats()["swarm/reachable"] == -1.0  # nobody to ask: unknown, and it says so
     finally:
         node.close()
+
+
+def test_sapo_node_swarms_lists_and_adds(tmp_path, monkeypatch, capsys):
+    from sapo_core.cli import main
+
+    monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path))
+    assert main(["swarms"]) == 0
+    out = capsys.readouterr().out
+    assert "local-example" in out and "no bootstrap peers" in out and str(tmp_path / "swarms.toml") in out
+    url = make_invitation(SwarmEntry(name="lab", shards=4), [PRIVATE])
+    assert main(["swarms", "add", url, "--description", "our lab"]) == 0
+    captured = capsys.readouterr()
+    assert "added swarm 'lab'" in captured.out and "private" in captured.err
+    assert find_swarm("lab", tmp_path / "swarms.toml").bootstrap == [PRIVATE]
+    assert main(["swarms"]) == 0 and "our lab" in capsys.readouterr().out
+    assert main(["swarms", "add", "sapo://join/x"]) == 2 and "names no peer" in capsys.readouterr().err

@@ -234,7 +234,8 @@ class SwarmDHT:
                     self._log("info", f"swarm: {self.reachability.words()}")
 
     async def _start_discovery(self) -> None:
-        from sapo_core.swarm.discovery import DiscoveryError, LanDiscovery, discovery_interfaces
+        from sapo_core.swarm.discovery import (DiscoveryError, LanDiscovery, addresses_to_announce,
+                                               discovery_interfaces)
 
         loop = asyncio.get_running_loop()
 
@@ -244,12 +245,9 @@ class SwarmDHT:
         interfaces = discovery_interfaces(self.cfg)
         if interfaces is None:
             return  # listening on loopback only: see discovery_interfaces
-        direct = [m for m in self.visible_maddrs if "/p2p-circuit" not in m]
-        # announce loopback addresses only when announcing on loopback
-        outside = [m for m in direct if "/ip4/127." not in m and "/ip6/::1/" not in m]
-        addrs = direct if "127.0.0.1" in interfaces or not outside else outside
         try:
-            self.discovery = LanDiscovery(self.cfg.swarm_name, self.identity.peer_id, addrs, found,
+            self.discovery = LanDiscovery(self.cfg.swarm_name, self.identity.peer_id,
+                                          addresses_to_announce(self.visible_maddrs, interfaces), found,
                                           interfaces=interfaces)
             await loop.run_in_executor(None, self.discovery.start)
         except DiscoveryError as e:
@@ -257,20 +255,15 @@ class SwarmDHT:
             self._log("warning", f"swarm: LAN discovery is off: {e}")
 
     async def _dial_found(self, peer_id: str, maddrs: list[str]) -> None:
-        """A node of our swarm announced itself on the LAN: connect, ping, and learn its neighbours."""
+        """A node of our swarm announced itself on the LAN: dial it unless we know it already."""
         from hivemind.p2p import PeerID
-        from hivemind.utils.multiaddr import Multiaddr
 
         if self._closed or self._node is None:
             return
         try:
-            peer = PeerID.from_base58(peer_id)
-            if peer in self._node.protocol.routing_table.peer_id_to_uid:
+            if PeerID.from_base58(peer_id) in self._node.protocol.routing_table.peer_id_to_uid:
                 return
-            await asyncio.wait_for(self._node.p2p._client.connect(peer, [Multiaddr(m) for m in maddrs]),
-                                   self.cfg.rpc_timeout)
-            if await self._node.protocol.call_ping(peer) is not None:
-                await asyncio.wait_for(self._node.find_nearest_nodes([self._node.node_id]), self.cfg.join_timeout)
+            if await self._dial(peer_id, maddrs):
                 self.lan_peers.add(peer_id)
                 self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {peer_id}, found on the local network")
         except asyncio.CancelledError:
@@ -302,11 +295,22 @@ class SwarmDHT:
         others = [m for m in self.visible_maddrs if "/127.0.0.1/" not in m and "/::1/" not in m]
         return (public or others or self.visible_maddrs or [""])[0]
 
-    async def _keep_joined(self) -> None:
-        """While we have no peer, dial and ping the initial peers with exponential backoff."""
+    async def _dial(self, peer_id: str, transports: list[str]) -> bool:
+        """Connect to a peer at its transport addresses (no /p2p/ part, as p2pd's connect wants),
+        ping it, and learn our neighbourhood through it; False if it did not answer."""
         from hivemind.p2p import PeerID
         from hivemind.utils.multiaddr import Multiaddr
 
+        peer = PeerID.from_base58(peer_id)
+        await asyncio.wait_for(self._node.p2p._client.connect(peer, [Multiaddr(m) for m in transports]),
+                               self.cfg.rpc_timeout)
+        if await self._node.protocol.call_ping(peer) is None:
+            return False
+        await asyncio.wait_for(self._node.find_nearest_nodes([self._node.node_id]), self.cfg.join_timeout)
+        return True
+
+    async def _keep_joined(self) -> None:
+        """While we have no peer, dial and ping the initial peers with exponential backoff."""
         delay = self.cfg.rejoin_min_seconds
         while not self._closed:
             if self.num_peers() > 0:
@@ -315,15 +319,9 @@ class SwarmDHT:
                 continue
             await asyncio.sleep(delay)
             for maddr in self.cfg.initial_peers:
+                transport, _, peer_id = maddr.rpartition("/p2p/")
                 try:
-                    peer = PeerID.from_base58(Multiaddr(maddr)["p2p"])
-                    # p2pd's connect wants the transport address without the /p2p/ part
-                    transport = Multiaddr(maddr).decapsulate(Multiaddr(f"/p2p/{peer.to_base58()}"))
-                    await asyncio.wait_for(self._node.p2p._client.connect(peer, [transport]),
-                                           self.cfg.rpc_timeout)
-                    if await self._node.protocol.call_ping(peer) is not None:
-                        await asyncio.wait_for(self._node.find_nearest_nodes([self._node.node_id]),
-                                               self.cfg.join_timeout)
+                    await self._dial(peer_id, [transport])
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # unreachable peers are the normal case here

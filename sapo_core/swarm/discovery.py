@@ -81,6 +81,13 @@ def discovery_interfaces(cfg: "SwarmConfig") -> list[str] | None:
     return ips or None
 
 
+def addresses_to_announce(maddrs: Sequence[str], interfaces: Sequence[str]) -> list[str]:
+    """Our direct addresses, loopback ones only when announcing on loopback (or nothing else)."""
+    direct = [m for m in maddrs if "/p2p-circuit" not in m]
+    outside = [m for m in direct if "/ip4/127." not in m and "/ip6/::1/" not in m]
+    return direct if "127.0.0.1" in interfaces or not outside else outside
+
+
 def _instance_name(swarm: str, peer_id: str) -> str:
     return f"{swarm[:40]}-{peer_id[-12:]}.{SERVICE_TYPE}"
 
@@ -160,4 +167,5 @@ class LanDiscovery:
             zc.close()
 
 
-__all__ = ["LanDiscovery", "DiscoveryError", "announcement", "parse_announcement", "discovery_interfaces", "SERVICE_TYPE"]
+__all__ = ["LanDiscovery", "DiscoveryError", "announcement", "parse_announcement", "discovery_interfaces", "addresses_to_announce",
+           "SERVICE_TYPE"]
