@@ -4,6 +4,7 @@
     sapo-swarm --setup            the setup wizard again
     sapo-swarm --screenshots DIR  a PNG of each screen into DIR (see app/screenshots.py)
     sapo-swarm --headless         no window: run the node in this terminal (`sapo-node run`)
+    sapo-swarm sapo://join/...    the setup wizard with this invitation (the desktop entry's %u)
 
 Without a display (Linux with neither DISPLAY nor WAYLAND_DISPLAY, and QT_QPA_PLATFORM not
 asking for an offscreen platform) it says so and runs the node headless. One app runs per data
@@ -52,6 +53,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--demo", action="store_true", help="with --screenshots: use made-up rounds, not the run store")
     p.add_argument("--minimized", action="store_true",
                    help="start in the tray, without the window (how start at login runs it)")
+    p.add_argument("invitation", nargs="?", default="",
+                   help="an invitation link (sapo://join/...) to open in the setup; the desktop entry passes it")
     return p.parse_args(argv)
 
 
@@ -68,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_headless("--headless")
     if not display_available():
         return run_headless("no display found (DISPLAY and WAYLAND_DISPLAY are not set)")
-    return run_gui(args.setup, minimized=args.minimized)
+    return run_gui(args.setup or bool(args.invitation), minimized=args.minimized, invitation=args.invitation)
 
 
-def run_gui(force_setup: bool = False, minimized: bool = False) -> int:
+def run_gui(force_setup: bool = False, minimized: bool = False, invitation: str = "") -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -98,7 +101,8 @@ def run_gui(force_setup: bool = False, minimized: bool = False) -> int:
     app.setQuitOnLastWindowClosed(False)  # the tray keeps the app; the window's Quit leaves
     single = SingleInstance()
     if not single.acquire():
-        print("sapo-swarm: already running for this data directory; its window was asked to show.")
+        print("sapo-swarm: already running for this data directory; its window was asked to show."
+              + (" To use the invitation, paste it in Setup again… there." if invitation else ""))
         return 0
     bridge = WorkerBridge()
     settings = UiSettings()
@@ -118,7 +122,7 @@ def run_gui(force_setup: bool = False, minimized: bool = False) -> int:
     if force_setup or not has_node_config():
         from app.wizard import SetupWizard
 
-        wizard = SetupWizard()
+        wizard = SetupWizard(invitation=invitation)
         wizard.joined.connect(lambda cfg: (save_node_config(cfg), open_window()))
         wizard.rejected.connect(app.quit)
         wizard.show()

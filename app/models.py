@@ -312,6 +312,7 @@ class SwarmModel:
     ignored_peers: int = 0
     peers_seen: dict[str, int] = field(default_factory=dict)  # peer name -> last round it sent us groups
     rounds: int = 0
+    last_figures: dict[str, float] = field(default_factory=dict)  # the last round's swarm/... metrics (joining)
 
     def clear(self) -> None:
         """Forget identity and exchanges (another run is shown now)."""
@@ -326,6 +327,7 @@ class SwarmModel:
         if not any(k.startswith("swarm/") for k in metrics):
             return
         self.rounds += 1
+        self.last_figures = {k: float(v) for k, v in metrics.items() if k.startswith("swarm/")}
         for name in SWARM_TOTALS:
             self.totals[name] += int(metrics.get(f"swarm/{name}", 0) or 0)
         for key, value in metrics.items():

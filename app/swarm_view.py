@@ -1,17 +1,29 @@
 """The swarm view: who this node is, who it met, what it exchanged, how others join it.
 
+The joining area (reachability, invitation with QR code, network check) is app/joining.py.
+
 Drawn from a `SwarmModel`: identity from the node's NodeInfo, exchanges summed from every
 round's `swarm/...` figures (history included), peer names from the gather phase's progress.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-                               QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from typing import Callable
 
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
+
+from app.joining import JoiningBox
 from app.models import SwarmModel
+from sapo_core.config import NodeConfig
+
+
+def _saved_config() -> NodeConfig | None:
+    """The config the node runs with (node.toml), for the invitation's swarm settings."""
+    from app.settings import has_node_config, load_node_config
+
+    return load_node_config() if has_node_config() else None
 
 TOTAL_WORDS = {
     "published": ("Published", "groups of ours put on the swarm for others"),
@@ -35,9 +47,10 @@ def _table(headers: list[str]) -> QTableWidget:
 
 class SwarmView(QWidget):
     invite_copied = Signal(str)
-    """The invite address went to the clipboard."""
+    """The invitation went to the clipboard."""
 
-    def __init__(self, model: SwarmModel, parent: QWidget | None = None) -> None:
+    def __init__(self, model: SwarmModel, parent: QWidget | None = None,
+                 config_loader: Callable[[], NodeConfig | None] | None = None) -> None:
         super().__init__(parent)
         self.model = model
         self.notice = QLabel(wordWrap=True)
@@ -50,16 +63,12 @@ class SwarmView(QWidget):
         for label in (self.name_label, self.peer_label):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.peer_label.setWordWrap(True)
-        self.invite_edit = QLineEdit(readOnly=True, placeholderText="known once the node has joined its swarm")
-        self.copy_button = QPushButton("Copy")
-        self.copy_button.setToolTip("Copy the address others paste into their setup to join through this node")
-        self.copy_button.clicked.connect(self._on_copy_button_clicked)
-        invite = QHBoxLayout()
-        invite.addWidget(self.invite_edit, 1)
-        invite.addWidget(self.copy_button)
         form.addRow("Name:", self.name_label)
         form.addRow("Peer ID:", self.peer_label)
-        form.addRow("Invite others with:", invite)
+        # joining: reachability, the invitation (text and QR code), the network check (app/joining.py)
+        self.joining = JoiningBox(config_loader or _saved_config)
+        self.joining.invite_copied.connect(self.invite_copied)
+        self.invite_edit, self.copy_button = self.joining.invite_edit, self.joining.copy_button
 
         counts = QGroupBox("Groups exchanged (since the run began)")
         grid = QGridLayout(counts)
@@ -91,6 +100,7 @@ class SwarmView(QWidget):
         layout.setContentsMargins(8, 8, 8, 8)
         layout.addWidget(self.notice)
         layout.addWidget(who)
+        layout.addWidget(self.joining)
         layout.addWidget(counts)
         layout.addLayout(tables, 1)
         self.refresh()
@@ -107,8 +117,7 @@ class SwarmView(QWidget):
                                 "its groups and trains on verified groups from peers.")
         self.name_label.setText(m.node_name or "—")
         self.peer_label.setText(m.peer_id or "—")
-        self.invite_edit.setText(m.invite)
-        self.copy_button.setEnabled(bool(m.invite))
+        self.joining.show_state(m.invite, m.last_figures, m.alone)
         for key, label in self.total_labels.items():
             label.setText(f"{m.totals.get(key, 0):,}")
         self.peers_label.setText(f"Peers found in the last round: {m.peers_now} · known to the DHT: {m.dht_peers}"
@@ -124,11 +133,6 @@ class SwarmView(QWidget):
             self.rejections_table.setItem(row, 0, QTableWidgetItem(reason))
             self.rejections_table.setItem(row, 1, QTableWidgetItem(f"{n:,}"))
 
-    def _on_copy_button_clicked(self) -> None:
-        text = self.invite_edit.text()
-        if text:
-            QGuiApplication.clipboard().setText(text)
-            self.invite_copied.emit(text)
 
 
 __all__ = ["SwarmView"]

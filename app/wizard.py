@@ -1,6 +1,8 @@
 """The first-run setup: this computer and the model that fits, the swarm, the share; then Join.
 
-Three short pages. The hardware scan runs in a child process (hardware_scan.py) while the
+Three short pages. The swarm step offers: join a listed swarm, join by invitation, start a
+swarm on this network, train alone; it says which it picked first and why, warns when an
+invitation holds only private addresses, and says what is shared. The hardware scan runs in a child process (hardware_scan.py) while the
 user reads; the recommended model is preselected with the reason, the others are marked
 fits / slow / doesn't fit. `apply_choices` turns the answers into a NodeConfig (a pure
 function, tested without a display); the window saves it as node.toml and starts the node.
@@ -14,17 +16,25 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
-from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
+from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QProgressBar, QPushButton, QRadioButton, QSlider, QSpinBox, QStackedWidget,
                                QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from sapo_core.catalog import FITS, NO_FIT, SLOW
 from sapo_core.config import NodeConfig, RoundConfig
+from sapo_core.swarm.invitations import InvitationError, apply_invitation, parse_invitation
+from sapo_core.swarm.reachability import is_private
+from sapo_core.swarm.swarmlist import SwarmEntry, SwarmListError, apply_swarm, load_swarms
 
 from app.hardware_scan import HardwareReport, HardwareScan
 from app.theme import status_colours, style_sheet
 
-JOIN, HOST, ALONE = "join", "host", "alone"
+JOIN, LISTED, HOST, ALONE = "join", "listed", "host", "alone"  # JOIN: by invitation (or a bare address)
+SHARED_WORDS = ("In a swarm this computer shares, with every peer: the questions it drew, the answers its model "
+                "wrote and their scores, its peer id, and its IP address (peers and relays see it, as in any "
+                "peer-to-peer app). Nothing else: no files, no names, no other data.")
+
+
 def verdict_colours() -> dict[str, str]:
     c = status_colours()
     return {FITS: c["ok"], SLOW: c["warning"], NO_FIT: c["error"]}
@@ -33,8 +43,10 @@ def verdict_colours() -> dict[str, str]:
 @dataclass(frozen=True)
 class SetupChoices:
     model: str = "auto"
-    swarm: str = HOST  # join, host, alone
-    address: str = ""  # the multiaddr to join through
+    swarm: str = HOST  # join, listed, host, alone
+    address: str = ""  # the invitation (sapo://join/...) or the multiaddr to join through
+    listed: str = ""  # the listed swarm's name, for LISTED
+    lan_discovery: bool = True
     throttle: float = 0.5
     threads: int = 0
     pause_on_battery: bool = True
@@ -42,33 +54,83 @@ class SetupChoices:
 
 
 def address_problem(text: str) -> str:
-    """'' if `text` is a multiaddr a node can join through, else what is wrong with it."""
+    """'' if `text` is an invitation or a multiaddr a node can join through, else what is wrong with it."""
     text = text.strip()
     if not text:
-        return "Paste the invite address another volunteer's Swarm tab shows."
+        return "Paste the invitation (sapo://join/…) or the invite address another volunteer's Swarm tab shows."
+    if text.startswith("sapo:"):
+        try:
+            parse_invitation(text)
+        except InvitationError as e:
+            return f"This invitation cannot be used: {e}."
+        return ""
     if not text.startswith("/") or "/p2p/" not in text:
-        return "An invite address looks like /ip4/203.0.113.5/tcp/31337/p2p/Qm… (it ends in /p2p/ and a peer id)."
+        return ("An invitation starts with sapo://join/; an invite address looks like "
+                "/ip4/203.0.113.5/tcp/31337/p2p/Qm… (it ends in /p2p/ and a peer id).")
     return ""
 
 
-def apply_choices(base: NodeConfig, c: SetupChoices) -> NodeConfig:
+def address_warning(text: str) -> str:
+    """A warning for a usable invitation or address that only works on its own network, else ''."""
+    text = text.strip()
+    if address_problem(text):
+        return ""
+    if text.startswith("sapo:"):
+        return " ".join(parse_invitation(text).warnings())
+    if is_private(text):
+        return ("This address is private (a home or office network): it works only from the same network. From "
+                "elsewhere, ask for an invitation with a public address.")
+    return ""
+
+
+def default_swarm_choice(cfg: NodeConfig | None, swarms: list[SwarmEntry], invitation: str = "") -> tuple[str, str, str]:
+    """(choice, listed swarm name, why) the swarm step starts with; never a silent swarm of one."""
+    if invitation:
+        return JOIN, "", "You opened an invitation: it is filled in below."
+    if cfg is not None:
+        c = choices_from_config(cfg)
+        return c.swarm, c.listed, "Your current setting."
+    with_peers = [e for e in swarms if e.bootstrap]
+    if with_peers:
+        return LISTED, with_peers[0].name, f"The listed swarm '{with_peers[0].name}' has bootstrap peers to join through."
+    return HOST, "", ("No listed swarm has bootstrap peers (this project has no public servers), so this computer "
+                      "starts a swarm on this network: computers here running SAPO Swarm join it by themselves, and "
+                      "others anywhere with the invitation the Swarm tab shows. Until someone joins, it trains "
+                      "alone, and the Swarm tab says so.")
+
+
+def apply_choices(base: NodeConfig, c: SetupChoices, swarms: list[SwarmEntry] | None = None) -> NodeConfig:
     """The config the node runs with after the setup (other settings of `base` are kept)."""
     external = base.round.external_groups or RoundConfig().external_groups
     changes = {"model.name": c.model, "control.throttle": c.throttle, "sampler.threads": c.threads,
                "control.pause_on_battery": c.pause_on_battery, "control.only_when_idle": c.only_when_idle}
     if c.swarm == ALONE:
         changes.update({"swarm.enabled": False, "round.external_groups": 0})
-    else:
-        peers = [c.address.strip()] if c.swarm == JOIN else []
-        changes.update({"swarm.enabled": True, "swarm.initial_peers": peers, "round.external_groups": external})
-    return base.replace(**changes)
+        return base.replace(**changes)
+    changes.update({"swarm.enabled": True, "round.external_groups": external, "swarm.lan_discovery": c.lan_discovery,
+                    "swarm.listed_swarm": ""})
+    cfg = base.replace(**changes)
+    if c.swarm == LISTED:
+        entry = next((e for e in swarms or [] if e.name == c.listed), None)
+        if entry is None:
+            raise ValueError(f"no listed swarm is called '{c.listed}'")
+        return apply_swarm(cfg, entry)
+    if c.swarm == JOIN and c.address.strip().startswith("sapo:"):
+        return apply_invitation(cfg, parse_invitation(c.address))
+    peers = [c.address.strip()] if c.swarm == JOIN else []
+    return cfg.replace(**{"swarm.initial_peers": peers})
 
 
 def choices_from_config(cfg: NodeConfig) -> SetupChoices:
     """Start a repeated setup from what the node runs with now."""
-    swarm = ALONE if not cfg.swarm.enabled or cfg.round.external_groups == 0 else JOIN if cfg.swarm.initial_peers \
-        else HOST
+    if not cfg.swarm.enabled or cfg.round.external_groups == 0:
+        swarm = ALONE
+    elif cfg.swarm.listed_swarm:
+        swarm = LISTED
+    else:
+        swarm = JOIN if cfg.swarm.initial_peers else HOST
     return SetupChoices(model=cfg.model.name, swarm=swarm, address=(cfg.swarm.initial_peers or [""])[0],
+                        listed=cfg.swarm.listed_swarm, lan_discovery=cfg.swarm.lan_discovery,
                         throttle=cfg.control.throttle, threads=cfg.sampler.threads,
                         pause_on_battery=cfg.control.pause_on_battery, only_when_idle=cfg.control.only_when_idle)
 
@@ -83,12 +145,20 @@ class SetupWizard(QDialog):
     joined = Signal(object)
     """The user pressed Join: the NodeConfig to save and run."""
 
-    def __init__(self, base: NodeConfig | None = None, parent: QWidget | None = None, scan: bool = True) -> None:
+    def __init__(self, base: NodeConfig | None = None, parent: QWidget | None = None, scan: bool = True,
+                 invitation: str = "") -> None:
         super().__init__(parent)
         self.setStyleSheet(style_sheet())  # inline errors (#errorText) in red, colours from the palette
         self.setWindowTitle("Set up SAPO Swarm")
         self.base = base or NodeConfig()
         self.choices = choices_from_config(self.base) if base is not None else SetupChoices()
+        try:
+            self.swarms, self.swarms_problem = load_swarms(), ""
+        except (SwarmListError, OSError) as e:
+            self.swarms, self.swarms_problem = [], f"The list of swarms could not be read: {e}"
+        choice, listed, self.choice_reason = default_swarm_choice(base, self.swarms, invitation)
+        self.choices = dataclasses.replace(self.choices, swarm=choice, listed=listed or self.choices.listed,
+                                           address=invitation or self.choices.address)
         self.report: HardwareReport | None = None
         self.scanner = HardwareScan(self)
         self.scanner.finished.connect(self._on_scanner_finished)
@@ -206,37 +276,99 @@ class SetupWizard(QDialog):
         col.addWidget(_heading("The swarm", "In a swarm, every computer shares the answers it generates and "
                                             "learns from the others' (SAPO). Alone, it learns only from its own."))
         self.swarm_group = QButtonGroup(self)
-        self.join_radio = QRadioButton("Join a swarm through a volunteer's invite address")
-        self.host_radio = QRadioButton("Host a new swarm (others join through this computer)")
+        self.listed_radio = QRadioButton("Join a listed swarm")
+        self.join_radio = QRadioButton("Join by invitation (a sapo://join/… link, or an invite address)")
+        self.host_radio = QRadioButton("Start a swarm on this network (others join through this computer)")
         self.alone_radio = QRadioButton("Train alone (nothing is shared)")
-        self.address_edit = QLineEdit(self.choices.address, placeholderText="/ip4/203.0.113.5/tcp/31337/p2p/Qm…")
+        self.listed_combo = QComboBox()
+        for e in self.swarms:
+            peers = f"{len(e.bootstrap)} bootstrap peer(s)" if e.bootstrap else "no bootstrap peers"
+            self.listed_combo.addItem(f"{e.name} — {peers}", e.name)
+            self.listed_combo.setItemData(self.listed_combo.count() - 1, e.description, Qt.ItemDataRole.ToolTipRole)
+        if self.choices.listed:
+            self.listed_combo.setCurrentIndex(max(0, self.listed_combo.findData(self.choices.listed)))
+        self.listed_note = QLabel(wordWrap=True)
+        self.address_edit = QLineEdit(self.choices.address,
+                                      placeholderText="sapo://join/<swarm>?peer=…  or  /ip4/203.0.113.5/tcp/31337/p2p/Qm…")
         self.address_problem = QLabel(wordWrap=True)
         self.address_problem.setObjectName("errorText")
-        for i, r in enumerate((self.join_radio, self.host_radio, self.alone_radio)):
+        self.address_warning = QLabel(wordWrap=True)
+        self.address_warning.setObjectName("warningText")
+        self.lan_check = QCheckBox("Find computers of the same swarm on this network (LAN discovery, mDNS)",
+                                   checked=self.choices.lan_discovery)
+        self.lan_check.setToolTip("Announces this node on the local network and looks for others; off sends nothing "
+                                  "but to the swarm's peers")
+        self.choice_label = QLabel(wordWrap=True)
+        self.choice_label.setObjectName("swarmChoiceReason")
+        self.shared_label = QLabel(SHARED_WORDS, wordWrap=True)
+        self.shared_label.setObjectName("sharedText")
+        radios = (self.listed_radio, self.join_radio, self.host_radio, self.alone_radio)
+        for i, r in enumerate(radios):
             self.swarm_group.addButton(r, i)
-        {JOIN: self.join_radio, HOST: self.host_radio, ALONE: self.alone_radio}[self.choices.swarm].setChecked(True)
+        self.listed_radio.setEnabled(bool(self.swarms))
+        {LISTED: self.listed_radio, JOIN: self.join_radio, HOST: self.host_radio,
+         ALONE: self.alone_radio}[self.choices.swarm].setChecked(True)
         self.swarm_group.idToggled.connect(self._on_swarm_group_id_toggled)
         self.address_edit.textChanged.connect(self._on_address_edit_text_changed)
+        self.listed_combo.currentIndexChanged.connect(self._on_listed_combo_current_index_changed)
+
+        def indented(*widgets: QWidget) -> QHBoxLayout:
+            row = QHBoxLayout()
+            row.addSpacing(24)
+            inner = QVBoxLayout()
+            for w in widgets:
+                inner.addWidget(w)
+            row.addLayout(inner)
+            return row
+
+        col.addWidget(self.choice_label)
+        col.addWidget(self.listed_radio)
+        col.addLayout(indented(self.listed_combo, self.listed_note))
         col.addWidget(self.join_radio)
-        indent = QHBoxLayout()
-        indent.addSpacing(24)
-        address = QVBoxLayout()
-        address.addWidget(self.address_edit)
-        address.addWidget(self.address_problem)
-        indent.addLayout(address)
-        col.addLayout(indent)
+        col.addLayout(indented(self.address_edit, self.address_problem, self.address_warning))
         col.addWidget(self.host_radio)
         col.addWidget(self.alone_radio)
+        col.addWidget(self.lan_check)
         col.addStretch(1)
+        col.addWidget(self.shared_label)
         return page
 
     def _swarm_choice(self) -> str:
-        return {0: JOIN, 1: HOST, 2: ALONE}[self.swarm_group.checkedId()]
+        return {0: LISTED, 1: JOIN, 2: HOST, 3: ALONE}[self.swarm_group.checkedId()]
+
+    def _listed_entry(self) -> SwarmEntry | None:
+        name = self.listed_combo.currentData()
+        return next((e for e in self.swarms if e.name == name), None)
+
+    def _update_swarm_step(self) -> None:
+        """The step says what it picked and why, and what the choice means here."""
+        choice = self._swarm_choice()
+        entry = self._listed_entry()
+        if entry is None:
+            self.listed_note.setText(self.swarms_problem or "No swarm is listed.")
+        else:
+            note = entry.description
+            if not entry.bootstrap:
+                note += " Until another computer of it turns up, this one trains alone."
+            self.listed_note.setText(note)
+        meaning = {
+            LISTED: f"Joins the listed swarm '{entry.name if entry else ''}' with its settings.",
+            JOIN: "Joins through the invitation or address below.",
+            HOST: "Starts a swarm here: it has no peers until another computer joins (on this network by itself, "
+                  "from elsewhere with the invitation on the Swarm tab); meanwhile it trains alone.",
+            ALONE: "Trains alone: nothing is shared, nothing is received.",
+        }[choice]
+        self.choice_label.setText(f"<b>Picked first:</b> {self.choice_reason}<br><b>Now:</b> {meaning}")
+        self.lan_check.setEnabled(choice != ALONE)
+        self.shared_label.setVisible(choice != ALONE)
 
     def _on_swarm_group_id_toggled(self, _id: int, _checked: bool) -> None:
         self._update_buttons()
 
     def _on_address_edit_text_changed(self, _text: str) -> None:
+        self._update_buttons()
+
+    def _on_listed_combo_current_index_changed(self, _index: int) -> None:
         self._update_buttons()
 
     # --- page 3: the share -------------------------------------------------------------------------
@@ -276,8 +408,9 @@ class SetupWizard(QDialog):
         if not hasattr(self, "summary_label"):
             return
         c = self.current_choices()
-        where = {JOIN: "join the swarm at the address you gave", HOST: "host a new swarm others can join",
-                 ALONE: "train alone"}[c.swarm]
+        where = {JOIN: "join the swarm of the invitation or address you gave",
+                 LISTED: f"join the listed swarm '{c.listed}'",
+                 HOST: "start a swarm on this network that others can join", ALONE: "train alone"}[c.swarm]
         model = "the model that fits" if c.model == "auto" else c.model
         self.summary_label.setText(f"The node will train <b>{model}</b>, {where}, and use at most "
                                    f"<b>{c.throttle:.0%}</b> of the CPU time.")
@@ -286,6 +419,7 @@ class SetupWizard(QDialog):
     def current_choices(self) -> SetupChoices:
         return dataclasses.replace(
             self.choices, swarm=self._swarm_choice(), address=self.address_edit.text().strip(),
+            listed=self.listed_combo.currentData() or "", lan_discovery=self.lan_check.isChecked(),
             throttle=self.throttle_slider.value() / 100, threads=self.threads_spin.value(),
             pause_on_battery=self.battery_check.isChecked(), only_when_idle=self.idle_check.isChecked())
 
@@ -301,9 +435,17 @@ class SetupWizard(QDialog):
         self.back_button.setEnabled(index > 0)
         self.next_button.setVisible(not last)
         self.join_button.setVisible(last)
-        problem = address_problem(self.address_edit.text()) if self._swarm_choice() == JOIN else ""
+        joining = self._swarm_choice() == JOIN
+        problem = address_problem(self.address_edit.text()) if joining else ""
+        if self._swarm_choice() == LISTED and self._listed_entry() is None:
+            problem = "Choose a listed swarm."
         self.address_problem.setText(problem)
+        self.address_problem.setVisible(bool(problem))
+        warning = address_warning(self.address_edit.text()) if joining else ""
+        self.address_warning.setText(f"⚠ {warning[:1].upper()}{warning[1:]}" if warning else "")
+        self.address_warning.setVisible(bool(warning))
         self.next_button.setEnabled(not (index == 1 and problem))
+        self._update_swarm_step()
         self.join_button.setText("Start training" if self._swarm_choice() == ALONE else "Join")
         self._update_summary()
 
@@ -315,11 +457,11 @@ class SetupWizard(QDialog):
 
     def _on_join_button_clicked(self) -> None:
         c = self.current_choices()
-        if c.swarm == JOIN and address_problem(c.address):
+        if (c.swarm == JOIN and address_problem(c.address)) or (c.swarm == LISTED and self._listed_entry() is None):
             self._show_page(1)
             return
         self.scanner.cancel()
-        self.joined.emit(apply_choices(self.base, c))
+        self.joined.emit(apply_choices(self.base, c, self.swarms))
         self.accept()
 
     def done(self, result: int) -> None:  # closing the dialog in any way ends the scan
@@ -328,4 +470,4 @@ class SetupWizard(QDialog):
 
 
 __all__ = ["SetupWizard", "SetupChoices", "apply_choices", "choices_from_config", "address_problem",
-           "JOIN", "HOST", "ALONE"]
+           "address_warning", "default_swarm_choice", "JOIN", "LISTED", "HOST", "ALONE"]

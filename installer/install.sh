@@ -591,6 +591,23 @@ desktop_entry() { # $1 = extra lines
     sed -e "s|@EXEC@|\"$APP_EXEC\"|" -e "s|@ICON@|$ICON|"
   if [ -n "${1:-}" ]; then printf '%s\n' "$1"; fi
 }
+# Invitations (sapo://join/...) open the app: the desktop entry declares the scheme; xdg-mime,
+# where present, makes it the handler. Files these tools create are recorded, so --uninstall
+# removes them; a mimeapps.list that existed before keeps its (then dangling) line.
+register_url_scheme() {
+  local apps="$DATA_HOME/applications" list="$CONFIG_HOME/mimeapps.list"
+  if command -v update-desktop-database >/dev/null 2>&1; then
+    if [ ! -f "$apps/mimeinfo.cache" ]; then record f "$apps/mimeinfo.cache"; fi
+    update-desktop-database "$apps" >>"$LOG" 2>&1 || true
+  fi
+  if command -v xdg-mime >/dev/null 2>&1 &&
+    [ "$(xdg-mime query default x-scheme-handler/sapo 2>/dev/null)" != sapo-swarm.desktop ]; then
+    if [ ! -f "$list" ]; then record f "$list"; fi
+    if xdg-mime default sapo-swarm.desktop x-scheme-handler/sapo >>"$LOG" 2>&1; then
+      CHANGED=$((CHANGED + 1))
+    fi
+  fi
+}
 launch_agent() {
   cat <<EOF
 <?xml version="1.0" encoding="UTF-8"?>
@@ -645,6 +662,7 @@ else
   if [ "$DESKTOP" = 1 ]; then
     put_file "$ICON" <"$REPO/resources/sapo-swarm.svg"
     put_file "$DATA_HOME/applications/sapo-swarm.desktop" < <(desktop_entry)
+    register_url_scheme
   fi
   if [ "$AUTOSTART" = on ]; then
     if [ ! -f "$ICON" ]; then put_file "$ICON" <"$REPO/resources/sapo-swarm.svg"; fi

@@ -20,6 +20,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("export", "sapo_core.commands.export", "write the trained model as GGUF, Ollama, Hugging Face or a LoRA adapter"),
     ("stats", "sapo_core.commands.stats", "what this node gave (CPU-hours, rounds, groups) and peers' receipts"),
     ("try", "sapo_core.commands.try", "answer a question with the base and the trained model, with rewards"),
+    ("swarms", "sapo_core.commands.swarms", "list the swarms this node knows, or add one from an invitation"),
 ]
 
 

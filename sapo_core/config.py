@@ -203,6 +203,13 @@ class RoundConfig:
         _check(self.max_rounds >= 0, "round.max_rounds", "must be >= 0")
 
 
+REACHABILITY_MODES = ("auto", "reachable", "unreachable")
+
+
+def _name_ok(name: str) -> bool:
+    return bool(name) and len(name) <= 64 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+
+
 @dataclass(frozen=True)
 class SwarmConfig:
     enabled: bool = _help("Share rollouts with a swarm (false = train alone).", True)
@@ -211,9 +218,26 @@ class SwarmConfig:
     initial_peers: list = _help(
         "Multiaddrs of peers to join, each ending in /p2p/<peer id> (a running node prints its own); "
         "empty hosts a new swarm.", [])
-    host_maddrs: list = _help("Addresses to listen on.", ["/ip4/0.0.0.0/tcp/0"])
+    listed_swarm: str = _help(
+        "Name of a listed swarm (resources/swarms.toml, or swarms.toml in the config directory) whose "
+        "bootstrap peers and swarm-wide settings this node takes when it starts; empty: none.", "")
+    host_maddrs: list = _help("Addresses to listen on; empty listens nowhere (peers cannot dial this node: "
+                              "it joins as a DHT client).", ["/ip4/0.0.0.0/tcp/0"])
     announce_maddrs: list = _help("Addresses to tell peers (behind NAT; explicit ports, not 0).", [])
     client_mode: bool = _help("Only ask the DHT, never serve it (for nodes peers cannot reach).", False)
+    reachability: str = _help(
+        "'auto': after joining, a peer dials this node back; unreachable (behind NAT) it becomes a DHT client "
+        "and takes a relay slot. 'reachable': always serve the DHT. 'unreachable': client and relay from the "
+        "start.", "auto")
+    use_relay: bool = _help(
+        "libp2p circuit relays: reach peers behind NAT through a relay, offer to relay for others when "
+        "reachable, and, behind NAT, reserve a slot at a reachable peer (docs/swarm.md, Joining).", True)
+    lan_discovery: bool = _help(
+        "Find and announce nodes of the same swarm on the local network (mDNS, _sapo-swarm._tcp); false "
+        "sends nothing on the network but to the swarm's peers.", True)
+    lan_interfaces: list = _help(
+        "IP addresses of the interfaces LAN discovery uses (empty: those of swarm.host_maddrs; all when "
+        "listening on 0.0.0.0 or nowhere; none when listening on loopback only).", [])
     window_seconds: float = _help(
         "Length of the DHT time windows records are published into; readers read the current and the "
         "previous one. Swarm-wide: nodes with another value never see each other.", 300.0)
@@ -255,8 +279,7 @@ class SwarmConfig:
         "J x G x max_new_tokens at the defaults; 0 = no limit).", 4096)
 
     def __post_init__(self) -> None:
-        _check(bool(self.swarm_name) and len(self.swarm_name) <= 64
-               and all(c.isascii() and (c.isalnum() or c in "._-") for c in self.swarm_name),
+        _check(_name_ok(self.swarm_name),
                "swarm.swarm_name", f"'{self.swarm_name}' must be 1..64 letters, digits, '.', '_' or '-'")
         for addr in self.initial_peers:
             _check(isinstance(addr, str) and addr.startswith("/") and "/p2p/" in addr, "swarm.initial_peers",
@@ -268,7 +291,13 @@ class SwarmConfig:
         for addr in self.announce_maddrs:
             _check(not addr.rstrip("/").endswith(("/tcp/0", "/udp/0")), "swarm.announce_maddrs",
                    f"'{addr}' needs an explicit port, not 0")
-        _check(bool(self.host_maddrs), "swarm.host_maddrs", "name at least one address to listen on")
+        for ip in self.lan_interfaces:
+            _check(isinstance(ip, str) and 0 < len(ip) <= 64, "swarm.lan_interfaces",
+                   f"'{ip}' is not an IP address such as 192.168.1.20")
+        _check(self.reachability in REACHABILITY_MODES, "swarm.reachability",
+               f"'{self.reachability}' must be one of {', '.join(REACHABILITY_MODES)}")
+        _check(not self.listed_swarm or _name_ok(self.listed_swarm), "swarm.listed_swarm",
+               f"'{self.listed_swarm}' must be 1..64 letters, digits, '.', '_' or '-'")
         _check(self.window_seconds >= 5, "swarm.window_seconds", "must be at least 5")
         _check(1 <= self.shards <= 4096, "swarm.shards", "must be 1..4096")
         _check(1 <= self.shards_read <= self.shards, "swarm.shards_read", "must be 1..swarm.shards")

@@ -9,6 +9,9 @@ segfault or a hang is reported as a failed check instead of killing the doctor. 
 concurrently. Each probe prints one JSON line; a `judge_*` function turns what a probe saw into a
 `Check`, so the judging is tested with failures injected at that boundary.
 
+`--network` checks joining instead (sapo_core/swarm/netcheck.py): the p2p daemon, its addresses,
+bootstrap peers, reachability, clock offset against peers, LAN discovery.
+
 Exit status: 0 when every required check passes (warnings allowed), 1 otherwise.
 """
 
@@ -344,8 +347,32 @@ def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
     return [results[n] for n in CHECK_NAMES if n in results]
 
 
-def format_report(checks: list[Check]) -> str:
-    lines = ["sapo-node doctor: can this machine run a node?"]
+def network_config(config_path: str = "", join: str = ""):
+    """The swarm config the network checks use: --config, else node.toml if any, else defaults;
+    then an invitation's swarm and peers."""
+    from sapo_core.config import NodeConfig, load_config
+
+    cfg = load_config(config_path) if config_path else (
+        load_config(paths.data_dir() / "node.toml") if (paths.data_dir() / "node.toml").is_file() else NodeConfig())
+    if join:
+        from sapo_core.swarm.invitations import apply_invitation, parse_invitation
+
+        cfg = apply_invitation(cfg, parse_invitation(join))
+    return cfg.swarm
+
+
+def run_network_checks(swarm_cfg: Any, timeout: float = 10.0) -> list[Check]:
+    """`doctor --network`: one child starts a DHT node as the node would and looks around
+    (sapo_core/swarm/netcheck.py); every step in it is bounded by `timeout`."""
+    from sapo_core.swarm.netcheck import NETWORK_PROBE, judge_network, probe_args
+
+    budget = timeout * (5 + len(swarm_cfg.initial_peers)) + 30
+    result = run_probe(NETWORK_PROBE, [probe_args(swarm_cfg, timeout)], budget)
+    return judge_network(result.payload, result.failure(), swarm_cfg, Check)
+
+
+def format_report(checks: list[Check], title: str = "can this machine run a node?") -> str:
+    lines = [f"sapo-node doctor: {title}"]
     for c in checks:
         lines.append(f"  {c.status.upper() if c.status == 'fail' else c.status:<5} {c.name:<10} {c.detail}")
         if c.status != "ok" and c.fix:
@@ -363,9 +390,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         f"(default: {paths.data_dir()})")
     parser.add_argument("--only", default="", help=f"comma-separated checks to run, of: {', '.join(CHECK_NAMES)}")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds each probe may take")
+    parser.add_argument("--network", action="store_true",
+                        help="check joining instead: the p2p daemon, its addresses, bootstrap peers, reachability, "
+                             "clock offset against peers, LAN discovery (uses node.toml or --config)")
+    parser.add_argument("--config", default="", help="with --network: the node's TOML config")
+    parser.add_argument("--join", default="", metavar="INVITATION", help="with --network: check this invitation's peers")
+    parser.add_argument("--step-timeout", type=float, default=10.0,
+                        help="with --network: seconds each step (start, one peer, the dial-back) may take")
+
+
+def network_main(args: argparse.Namespace) -> int:
+    from sapo_core.config import ConfigError
+
+    try:
+        swarm_cfg = network_config(args.config, args.join)
+    except (ConfigError, ValueError) as e:
+        print(f"sapo-node doctor: {e}", file=sys.stderr)
+        return 2
+    checks = run_network_checks(swarm_cfg, args.step_timeout)
+    ok = all(c.status != "fail" for c in checks)
+    if args.json:
+        print(json.dumps({"ok": ok, "checks": [dataclasses.asdict(c) for c in checks]}, indent=2))
+    else:
+        print(format_report(checks, "can this node join a swarm?"))
+    return 0 if ok else 1
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "network", False):
+        return network_main(args)
     only = {n.strip() for n in args.only.split(",") if n.strip()} or None
     unknown = sorted((only or set()) - set(CHECK_NAMES))
     if unknown:

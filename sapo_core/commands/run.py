@@ -2,7 +2,8 @@
 
 The config is built in layers: defaults, then the user's config file (`--config`, else
 `node.toml` in the data directory when it exists, as the desktop app writes it), then the
-flags. Ctrl-C finishes nothing half-way: the node stops, and the next start resumes after
+swarm chosen by `--join <invitation>` or `--swarm <listed name>` (or `swarm.listed_swarm`),
+then the flags. Ctrl-C finishes nothing half-way: the node stops, and the next start resumes after
 the last completed round.
 """
 
@@ -29,6 +30,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config value, e.g. --set train.learning_rate=1e-4 (repeatable)")
     p.add_argument("--initial-peers", nargs="*", help="multiaddrs of swarm peers to join")
+    p.add_argument("--join", metavar="INVITATION",
+                   help="join the swarm of an invitation (sapo://join/<swarm>?peer=...): its name, settings and peers")
+    p.add_argument("--swarm", metavar="NAME", help="join a listed swarm (resources/swarms.toml, or swarms.toml "
+                                                  "in the data directory) with its settings and bootstrap peers")
     p.add_argument("--alone", action="store_true", help="train without a swarm (J = 0)")
     p.add_argument("--sampler", choices=["auto", "llamacpp", "transformers"], help="rollout backend")
     p.add_argument("--quiet", action="store_true", help="one line per round, no live display")
@@ -43,6 +48,33 @@ def _parse_value(text: str) -> Any:
         return text  # a bare word: a string
 
 
+class JoinChoiceError(ValueError):
+    """--join or --swarm (or swarm.listed_swarm) names something unusable; the text says what."""
+
+
+def _apply_swarm_choice(cfg: NodeConfig, args: argparse.Namespace) -> NodeConfig:
+    """An invitation (--join), else a listed swarm (--swarm, else swarm.listed_swarm of the config)."""
+    from sapo_core.swarm.invitations import InvitationError, apply_invitation, parse_invitation
+    from sapo_core.swarm.swarmlist import SwarmListError, apply_swarm, find_swarm
+
+    join, listed = getattr(args, "join", None), getattr(args, "swarm", None)
+    if join and listed:
+        raise JoinChoiceError("give --join or --swarm, not both")
+    try:
+        if join:
+            invitation = parse_invitation(join)
+            for warning in invitation.warnings():
+                print(f"sapo-node: warning: {warning}", file=sys.stderr)
+            return apply_invitation(cfg, invitation)
+        name = listed or cfg.swarm.listed_swarm
+        if name:
+            extra = [] if listed else list(cfg.swarm.initial_peers)  # peers the user added to a listed swarm
+            return apply_swarm(cfg, find_swarm(name), extra)
+    except (InvitationError, SwarmListError) as e:
+        raise JoinChoiceError(str(e)) from None
+    return cfg
+
+
 def build_config(args: argparse.Namespace) -> NodeConfig:
     if args.config:
         cfg = load_config(args.config)
@@ -50,6 +82,7 @@ def build_config(args: argparse.Namespace) -> NodeConfig:
         cfg = load_config(paths.data_dir() / "node.toml")
     else:
         cfg = NodeConfig()
+    cfg = _apply_swarm_choice(cfg, args)
     changes: dict[str, Any] = {}
     for item in args.set:
         if "=" not in item:
@@ -81,6 +114,9 @@ def main(args: argparse.Namespace) -> int:
         cfg = build_config(args)
     except ConfigError as e:
         print(f"sapo-node: bad config: {e}", file=sys.stderr)
+        return 2
+    except JoinChoiceError as e:
+        print(f"sapo-node: cannot join: {e}", file=sys.stderr)
         return 2
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
     return run_with_display(cfg, rounds=args.rounds, quiet=args.quiet)

@@ -9,11 +9,19 @@ Joining: with `initial_peers`, the node pings them at start; if none answers it 
 message, keeps working alone (publishing into its own DHT) and retries in the background with
 exponential backoff, also whenever it later loses every peer. Without `initial_peers` it
 hosts a new swarm and logs the addresses others join with.
+
+Reachability (reachability.py): once joined, peers dial this node back. Reachable, it serves
+the DHT, answers others' dial-backs and relays for them (p2pd's relay service); unreachable
+(`swarm.reachability = "auto"`), it restarts its DHT node as a client: it stores its records on
+reachable peers and reads from them, so nobody ever has to dial it; p2pd's auto-relay takes a
+relay slot at a bootstrap peer where libp2p finds one. A node listening nowhere is a client from
+the start. LAN discovery (discovery.py) announces and finds nodes of the same swarm by mDNS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Awaitable, Callable, Mapping, Sequence
@@ -21,6 +29,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 from sapo_core.config import SwarmConfig
 from sapo_core.swarm.identity import NodeIdentity
 from sapo_core.swarm.keys import KeySpace
+from sapo_core.swarm.reachability import REACHABLE, UNKNOWN, UNREACHABLE, DialbackService, Reachability
 from sapo_core.swarm.validation import ReasonCounter, make_validators
 
 LogFn = Callable[[str, str], None]  # (level, message)
@@ -52,6 +61,11 @@ class SwarmDHT:
         self._closed = False
         self.visible_maddrs: list[str] = []
         self._hivemind_key = identity.hivemind_key()
+        self.reachability = Reachability()
+        self.client_mode = cfg.client_mode or cfg.reachability == "unreachable" or not cfg.host_maddrs
+        self.discovery: Any = None  # discovery.LanDiscovery while it runs
+        self._reachability_task: asyncio.Task | None = None
+        self.lan_peers: set[str] = set()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -91,33 +105,69 @@ class SwarmDHT:
         kwargs: dict[str, Any] = dict(
             node_id=DHTID.generate(source=self.identity.peer_id),  # stable across restarts, as the peer id
             initial_peers=list(self.cfg.initial_peers) or None,
-            host_maddrs=list(self.cfg.host_maddrs),
             identity_path=str(self.identity.path),
             # p2pd checks a reused identity is not running elsewhere (one more daemon start);
             # a key made just now cannot be
             check_if_identity_free=not self.identity.fresh,
             record_validator=validator,
-            client_mode=self.cfg.client_mode,
+            client_mode=self.client_mode,
+            use_relay=self.cfg.use_relay,
+            # behind NAT, p2pd reserves a slot at a relay (the bootstrap peers by default)
+            use_auto_relay=self.cfg.use_relay and self.cfg.reachability != "reachable",
             num_replicas=self.cfg.replicas,
             wait_timeout=self.cfg.rpc_timeout,
             bootstrap_timeout=self.cfg.join_timeout,
             ensure_bootstrap_success=False,  # no answer: train alone and retry (below)
             startup_timeout=self.cfg.start_timeout,
         )
+        if self.cfg.host_maddrs:
+            kwargs["host_maddrs"] = list(self.cfg.host_maddrs)
+        else:
+            kwargs["no_listen"] = True
         if self.cfg.announce_maddrs:
             kwargs["announce_maddrs"] = list(self.cfg.announce_maddrs)
+        if self.client_mode:
+            kwargs["force_reachability"] = "private"
         self._node = await self._create_joined(DHTNode, kwargs)
-        try:
-            self.visible_maddrs = [str(m) for m in await self._node.get_visible_maddrs()]
-        except ValueError:
-            self.visible_maddrs = []
+        await self._refresh_maddrs()
+        if self.client_mode:
+            self.reachability = Reachability(UNREACHABLE, relayed=self._relayed(), detail=(
+                "this node listens on no address" if not self.cfg.host_maddrs
+                else "set by swarm.reachability or swarm.client_mode"))
+        elif self.num_peers() > 0:
+            await self._check_reachability()
+            if (self.reachability.status == UNREACHABLE and not self.client_mode
+                    and self.cfg.reachability == "auto"):
+                self._log("warning", f"swarm: peers cannot dial this node ({self.reachability.detail}); "
+                                     f"restarting it as a DHT client")
+                await self._node.shutdown()
+                self.client_mode = True
+                # a fresh DHT id: peers still list the server we were under the old one, and a
+                # search that returns the searcher's own id trips an assertion in hivemind
+                kwargs.update(client_mode=True, force_reachability="private", check_if_identity_free=False,
+                              node_id=DHTID.generate())
+                self._node = await self._create_joined(DHTNode, kwargs)
+                await self._refresh_maddrs()
+                self.reachability = dataclasses.replace(self.reachability, relayed=self._relayed())
+        if not self.client_mode:
+            await DialbackService(self._node.p2p).start()
+        self._log("info", f"swarm: {self.reachability.words()}")
+        self._reachability_task = asyncio.create_task(self._recheck_reachability())
+        if self.cfg.lan_discovery:
+            await self._start_discovery()
         if self.cfg.initial_peers:
             if self.num_peers() > 0:
                 self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
             self._rejoin_task = asyncio.create_task(self._keep_joined())
         else:
+            from sapo_core.swarm.reachability import is_private
+
+            address = self.best_maddr()
             self._log("info", f"hosting a new swarm '{self.cfg.swarm_name}'; others join with "
-                              f"--initial-peers {self.best_maddr() or '(no address found)'}")
+                              f"--initial-peers {address or '(no address found)'}")
+            if address and is_private(address):
+                self._log("warning", "swarm: that address is private: only computers on this network can "
+                                     "join through it (docs/swarm.md, Joining)")
 
     async def _create_joined(self, node_cls: Any, kwargs: dict[str, Any]) -> Any:
         """DHTNode.create with the initial peers, retried with backoff; alone if none answers.
@@ -148,20 +198,119 @@ class SwarmDHT:
         alone = dict(kwargs, initial_peers=None, check_if_identity_free=False)
         return await node_cls.create(**alone)
 
+    async def _refresh_maddrs(self) -> None:
+        try:
+            self.visible_maddrs = [str(m) for m in await self._node.get_visible_maddrs(latest=True)]
+        except ValueError:  # listening nowhere and no relay slot (yet)
+            self.visible_maddrs = []
+
+    def _relayed(self) -> bool:
+        return any("/p2p-circuit" in m for m in self.visible_maddrs)
+
+    async def _check_reachability(self) -> None:
+        """Ask joined peers to dial us back (reachability.py); a client asks nobody."""
+        from sapo_core.swarm import reachability
+
+        if self.client_mode:
+            return
+        peers = list(self._node.protocol.routing_table.uid_to_peer_id.values())
+        found = await reachability.check(self._node.p2p, peers, self.visible_maddrs, self.cfg.rpc_timeout + 3)
+        if found.status != UNKNOWN or self.reachability.status == UNKNOWN:
+            self.reachability = dataclasses.replace(found, relayed=self._relayed())
+
+    async def _recheck_reachability(self) -> None:
+        """While nobody could tell (no peer yet), ask again once peers turn up; then say it once."""
+        while not self._closed and self.reachability.status == UNKNOWN and not self.client_mode:
+            await asyncio.sleep(self.cfg.rejoin_min_seconds * 4)
+            if self.num_peers() > 0:
+                try:
+                    await self._check_reachability()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # asked again later
+                    self._log("warning", f"swarm: reachability check failed: {type(e).__name__}: {e}")
+                    continue
+                if self.reachability.status != UNKNOWN:
+                    self._log("info", f"swarm: {self.reachability.words()}")
+
+    async def _start_discovery(self) -> None:
+        from sapo_core.swarm.discovery import (DiscoveryError, LanDiscovery, addresses_to_announce,
+                                               discovery_interfaces)
+
+        loop = asyncio.get_running_loop()
+
+        def found(peer_id: str, maddrs: list[str]) -> None:  # zeroconf's thread
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._dial_found(peer_id, maddrs)))
+
+        interfaces = discovery_interfaces(self.cfg)
+        if interfaces is None:
+            return  # listening on loopback only: see discovery_interfaces
+        try:
+            self.discovery = LanDiscovery(self.cfg.swarm_name, self.identity.peer_id,
+                                          addresses_to_announce(self.visible_maddrs, interfaces), found,
+                                          interfaces=interfaces)
+            await loop.run_in_executor(None, self.discovery.start)
+        except DiscoveryError as e:
+            self.discovery = None
+            self._log("warning", f"swarm: LAN discovery is off: {e}")
+
+    async def _dial_found(self, peer_id: str, maddrs: list[str]) -> None:
+        """A node of our swarm announced itself on the LAN: dial it unless we know it already."""
+        from hivemind.p2p import PeerID
+
+        if self._closed or self._node is None:
+            return
+        try:
+            if PeerID.from_base58(peer_id) in self._node.protocol.routing_table.peer_id_to_uid:
+                return
+            if await self._dial(peer_id, maddrs):
+                self.lan_peers.add(peer_id)
+                self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {peer_id}, found on the local network")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a stale or bogus announcement costs one try
+            self._log("debug", f"swarm: LAN peer {peer_id[:16]}… did not answer: {type(e).__name__}")
+
+    def figures(self) -> dict[str, float]:
+        """This node's joining state for the round's metrics (the app's Swarm tab reads them)."""
+        r = self.reachability
+        return {"swarm/reachable": {REACHABLE: 1.0, UNREACHABLE: 0.0}.get(r.status, -1.0),
+                "swarm/relayed": float(self._relayed()), "swarm/client_mode": float(self.client_mode),
+                "swarm/lan_peers": float(len(self.lan_peers))}
+
     @staticmethod
     def num_peers_of(node: Any) -> int:
         return len(node.protocol.routing_table.uid_to_peer_id)
 
     def best_maddr(self) -> str:
-        """The address to hand out: not loopback if another exists."""
-        public = [m for m in self.visible_maddrs if "/127.0.0.1/" not in m and "/::1/" not in m]
-        return (public or self.visible_maddrs or [""])[0]
+        """The address to hand out: the one a peer reached us at, else a public one, else not
+        loopback if another exists; a client hands out its relayed address if it has one."""
+        from sapo_core.swarm.reachability import is_private
 
-    async def _keep_joined(self) -> None:
-        """While we have no peer, dial and ping the initial peers with exponential backoff."""
+        if self.reachability.status == REACHABLE and self.reachability.address:
+            return f"{self.reachability.address}/p2p/{self.identity.peer_id}"
+        if self.client_mode:
+            return next((m for m in self.visible_maddrs if "/p2p-circuit" in m), "")
+        public = [m for m in self.visible_maddrs if not is_private(m)]
+        others = [m for m in self.visible_maddrs if "/127.0.0.1/" not in m and "/::1/" not in m]
+        return (public or others or self.visible_maddrs or [""])[0]
+
+    async def _dial(self, peer_id: str, transports: list[str]) -> bool:
+        """Connect to a peer at its transport addresses (no /p2p/ part, as p2pd's connect wants),
+        ping it, and learn our neighbourhood through it; False if it did not answer."""
         from hivemind.p2p import PeerID
         from hivemind.utils.multiaddr import Multiaddr
 
+        peer = PeerID.from_base58(peer_id)
+        await asyncio.wait_for(self._node.p2p._client.connect(peer, [Multiaddr(m) for m in transports]),
+                               self.cfg.rpc_timeout)
+        if await self._node.protocol.call_ping(peer) is None:
+            return False
+        await asyncio.wait_for(self._node.find_nearest_nodes([self._node.node_id]), self.cfg.join_timeout)
+        return True
+
+    async def _keep_joined(self) -> None:
+        """While we have no peer, dial and ping the initial peers with exponential backoff."""
         delay = self.cfg.rejoin_min_seconds
         while not self._closed:
             if self.num_peers() > 0:
@@ -170,15 +319,9 @@ class SwarmDHT:
                 continue
             await asyncio.sleep(delay)
             for maddr in self.cfg.initial_peers:
+                transport, _, peer_id = maddr.rpartition("/p2p/")
                 try:
-                    peer = PeerID.from_base58(Multiaddr(maddr)["p2p"])
-                    # p2pd's connect wants the transport address without the /p2p/ part
-                    transport = Multiaddr(maddr).decapsulate(Multiaddr(f"/p2p/{peer.to_base58()}"))
-                    await asyncio.wait_for(self._node.p2p._client.connect(peer, [transport]),
-                                           self.cfg.rpc_timeout)
-                    if await self._node.protocol.call_ping(peer) is not None:
-                        await asyncio.wait_for(self._node.find_nearest_nodes([self._node.node_id]),
-                                               self.cfg.join_timeout)
+                    await self._dial(peer_id, [transport])
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # unreachable peers are the normal case here
@@ -206,7 +349,9 @@ class SwarmDHT:
                 self._loop.close()
 
     async def _shutdown(self) -> None:
-        for task in [self._rejoin_task, *self._periodic]:
+        if self.discovery is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.discovery.close)
+        for task in [self._rejoin_task, self._reachability_task, *self._periodic]:
             if task is not None:
                 task.cancel()
         if self._node is not None:

@@ -264,6 +264,7 @@ class DhtRolloutSource:
             out.setdefault(f"swarm/{name}", 0.0)
         out["swarm/rejected"] = float(sum(v for k, v in f.items() if k.startswith("rejected/")))
         out["swarm/dht_peers"] = float(self.dht.num_peers())
+        out.update(self.dht.figures())  # reachability, relay, client mode, LAN peers (dht.py)
         out["swarm/ignored_peers"] = float(len(self.reputation.ignored()))
         before = self._dht_rejections_before
         for reason, n in self.dht.dht_rejections.snapshot().items():
