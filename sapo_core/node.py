@@ -279,6 +279,9 @@ class Node:
         metrics.update(evaluated)
         if self._source is not None:
             self._swarm_step("stats", swarm_failures, lambda: metrics.update(self._source.stats()))
+            # peers' signed receipts naming our groups: what `sapo-node stats` counts as credit
+            self._swarm_step("stats", swarm_failures,
+                             lambda: self.store.record_receipts(r, self._source.receipts_for_us()))
             metrics.update(swarm_failures)
         # the round's own time, without the evaluation: that is what auto-scaling sizes
         metrics["time/round"] = time.time() - started - timer.seconds.get("eval", 0.0)

@@ -14,7 +14,7 @@ from sapo_core.hooks import Interrupted, NullHooks
 from sapo_core.node import Node, RoundShape
 from sapo_core.rollouts import Completion, Group
 from sapo_core.tasks import TaskSet
-from sapo_core.store import RunStore
+from sapo_core.store import RunStore, receipt_totals
 
 
 def tiny_config(run_dir, **changes) -> NodeConfig:
@@ -56,6 +56,10 @@ class SolvedGroups:
     def stats(self):
         return {"swarm/peers": 1.0}
 
+    def receipts_for_us(self):
+        # a peer says it trained on our group 0 of round 1 (as a DhtRolloutSource finds in records)
+        return [("peer-y", 1, 0)]
+
     def close(self):
         pass
 
@@ -86,6 +90,9 @@ def test_rounds_are_recorded_and_resume_where_they_stopped(tmp_path, data_dir):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     store = RunStore(tmp_path / "run" / "rounds.sqlite")
     assert [r.round for r in store.rounds()] == [1, 2]
+    # the receipts naming us reach the store, each (peer, round, group) once
+    assert receipt_totals(store) == {"receipts": 1, "peers": 1, "groups": 1}
+    assert m1["swarm/stats_failed"] == 0
     store.close()
 
     again = Node(cfg)
