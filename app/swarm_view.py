@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFormLayout, QFrame, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel,
+                               QScrollArea, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from app.joining import JoiningBox
 from app.models import SwarmModel
@@ -96,13 +96,20 @@ class SwarmView(QWidget):
         tables.addWidget(peers_box, 1)
         tables.addWidget(rejections_box, 1)
 
-        layout = QVBoxLayout(self)
+        # the page scrolls: on a 640 px screen (with an error banner above) it must not make the window taller
+        page = QWidget()
+        layout = QVBoxLayout(page)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.addWidget(self.notice)
         layout.addWidget(who)
         layout.addWidget(self.joining)
         layout.addWidget(counts)
         layout.addLayout(tables, 1)
+        scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        scroll.setWidget(page)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
         self.refresh()
 
     def refresh(self) -> None:
