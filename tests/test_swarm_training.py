@@ -19,6 +19,7 @@ import torch
 from sapo_core.config import NodeConfig
 from sapo_core.hooks import NullHooks
 from sapo_core.sampler.base import SampledSequence
+from sapo_core.store import receipt_totals
 
 pytestmark = pytest.mark.network
 
@@ -106,6 +107,12 @@ def test_three_nodes_train_on_each_others_groups(tmp_path, monkeypatch):
             assert stored["swarm/used"] == 2 and "swarm/gather_s" in stored and "swarm/dht_peers" in stored
             after = _trainable(node)
             assert any(not torch.equal(before[i][k], after[k]) for k in after)  # it trained
+            # credit (issue 13): peers' signed receipts for our groups they trained on reach our store;
+            # a peer trains on our round r in its round r (or r+1) and names it in its next record
+            receipts = node.store.receipts()
+            assert receipts and {peer for peer, *_ in receipts} <= ids - {node.source.node_id}, receipts
+            assert all(1 <= our_round <= 3 and 0 <= grp < 2 for _, our_round, grp, _, _ in receipts), receipts
+            assert receipt_totals(node.store)["peers"] >= 1
     finally:
         for node in nodes:
             node.close()
