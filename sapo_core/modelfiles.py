@@ -254,10 +254,14 @@ class ModelSelection:
 def model_for_config(cfg: NodeConfig, progress: Progress | None = None) -> ModelSelection:
     """Detect, choose, resolve (node.py). A fallback to the embedded model keeps the micro-batch
     the configuration asked for: the embedded model is the smallest."""
+    from sapo_core import paths
     from sapo_core.hardware import detect_hardware
+    from sapo_core.probe import load_probe
 
     catalogue = load_catalogue()
-    choice = choose_model(detect_hardware(), catalogue, cfg)
+    # this machine's measured round (`sapo-node hardware --probe`, the setup's scan) when there is
+    # one, so the node picks what the setup showed; else the formula's estimate
+    choice = choose_model(detect_hardware(), catalogue, cfg, load_probe(paths.cache_dir()))
     resolved = resolve_or_embedded(choice.entry, catalogue, None, progress)
     parts = [choice.reason, *choice.warnings] + ([resolved.fallback_reason] if resolved.fallback_reason else [])
     micro = choice.micro_batch_size if resolved.entry.id == choice.entry.id else cfg.train.micro_batch_size

@@ -21,6 +21,7 @@ RAM, threads, torch and llama.cpp versions; `sapo-node hardware --probe` refresh
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import tempfile
@@ -48,8 +49,20 @@ class Probe:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Probe":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        """ValueError for anything but a whole probe with finite, non-negative figures."""
+        kwargs = {}
+        for f in fields(cls):
+            v = d.get(f.name)
+            if f.type == "str" and isinstance(v, str):
+                kwargs[f.name] = v
+            elif f.type != "str" and isinstance(v, (int, float)) and not isinstance(v, bool) \
+                    and math.isfinite(v) and v >= 0:
+                kwargs[f.name] = int(v) if f.type == "int" else float(v)
+            else:
+                raise ValueError(f"probe field {f.name!r} is {v!r}")
+        if kwargs["sample_tok_s"] <= 0 or kwargs["train_tok_s"] <= 0:
+            raise ValueError("a probe with zero speed")
+        return cls(**kwargs)
 
 
 def _cpu_name() -> str:
@@ -92,13 +105,14 @@ def load_probe(cache_dir: Path, key: str | None = None) -> Probe | None:
         return None
     if not isinstance(data, dict):
         return None
-    if key is not None and isinstance(data.get(key), dict):
-        return Probe.from_dict(data[key])
-    prefix = "|".join(machine_key(0).split("|")[:2]) + "|"
-    ours = [v for k, v in data.items() if k.startswith(prefix) and isinstance(v, dict)]
-    if not ours:
+    try:
+        if key is not None and isinstance(data.get(key), dict):
+            return Probe.from_dict(data[key])
+        prefix = "|".join(machine_key(0).split("|")[:2]) + "|"
+        ours = [Probe.from_dict(v) for k, v in data.items() if k.startswith(prefix) and isinstance(v, dict)]
+    except ValueError:  # a damaged cache: estimate from the formula until the next probe
         return None
-    return Probe.from_dict(max(ours, key=lambda v: v.get("measured_at", 0)))
+    return max(ours, key=lambda p: p.measured_at) if ours else None
 
 
 def save_probe(cache_dir: Path, probe: Probe) -> None:

@@ -72,6 +72,28 @@ def test_the_cache_keeps_one_probe_per_machine_and_survives_junk(tmp_path):
     assert load_probe(tmp_path) is None  # another machine's figures are not ours
     (tmp_path / "probe.json").write_text("{not json")
     assert load_probe(tmp_path) is None
+    good = {"machine": machine_key(2), **{k: v for k, v in probe().__dict__.items() if k != "machine"}}
+    for damage in ({"train_tok_s": None}, {"train_tok_s": float("nan")}, {"sample_tok_s": 0},
+                   {"params": "many"}, {"model_id": 3}, {"threads": True}, {"round_seconds": -1.0}):
+        (tmp_path / "probe.json").write_text(json.dumps({machine_key(2): {**good, **damage}}))
+        assert load_probe(tmp_path) is None, damage  # the formula's estimate, not a crash later
+    (tmp_path / "probe.json").write_text(json.dumps({machine_key(2): good}))
+    assert load_probe(tmp_path) == probe()
+
+
+def test_the_nodes_own_choice_follows_this_machines_probe(tmp_path, monkeypatch):
+    """`sapo-node run` with model.name = auto picks as the setup's scan showed: from the probe."""
+    from sapo_core import modelfiles
+
+    monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(tmp_path / "cache"))
+    save_probe(tmp_path / "cache", probe(machine=machine_key(1), sample_tok_s=0.5, train_tok_s=1.0))
+    slow = modelfiles.model_for_config(NodeConfig())
+    assert "nothing is fast enough" in slow.why and slow.model_id == E.id, slow.why
+    save_probe(tmp_path / "cache", probe(machine=machine_key(1), sample_tok_s=1e5, train_tok_s=1e5, measured_at=2.0))
+    fast = modelfiles.model_for_config(NodeConfig())
+    # a bigger model fits and is fast enough; the hub is off in tests, so it falls back and says so
+    assert "the largest model that fits" in fast.why and "instead of" in fast.why, fast.why
 
 
 def test_probe_from_a_rounds_metrics():
