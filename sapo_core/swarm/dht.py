@@ -312,11 +312,16 @@ class SwarmDHT:
     async def _keep_joined(self) -> None:
         """While we have no peer, dial and ping the initial peers with exponential backoff."""
         delay = self.cfg.rejoin_min_seconds
+        alone = self.num_peers() == 0
         while not self._closed:
             if self.num_peers() > 0:
+                if alone:  # a peer reached us, or a dial that timed out half-way still got through
+                    self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
+                    alone = False
                 delay = self.cfg.rejoin_min_seconds
                 await asyncio.sleep(self.cfg.rejoin_min_seconds * 4)
                 continue
+            alone = True
             await asyncio.sleep(delay)
             for maddr in self.cfg.initial_peers:
                 transport, _, peer_id = maddr.rpartition("/p2p/")
@@ -328,6 +333,7 @@ class SwarmDHT:
                     continue
                 if self.num_peers() > 0:
                     self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {maddr}")
+                    alone = False
                     break
             else:
                 if delay < self.cfg.rejoin_max_seconds:  # say it while the pause grows, then stay quiet
