@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from sapo_core.store import HeldOut
 
@@ -112,16 +112,61 @@ class StatsLoader(QObject):
         self.loaded.emit(stats)
 
 
+class SteadyLabel(QWidget):
+    """A word-wrapped QLabel whose new text relays out the window only when it needs more or
+    fewer lines. QLabel.setText relays out every layout up to the window (QLayout.activate always
+    passes the request up), which was half of a dashboard redraw's CPU (`sapo-bench gui`): here
+    the label sits in a holder without a layout, so a same-height change stops at the holder."""
+
+    def __init__(self, object_name: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.label = QLabel(self, wordWrap=True)
+        self.label.setObjectName(object_name)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    def text(self) -> str:
+        return self.label.text()
+
+    def setText(self, text: str) -> None:
+        if text == self.label.text():
+            return
+        width = self.width()
+        before = self.label.heightForWidth(width)
+        self.label.setText(text)
+        if not self.isVisible() or width <= 0 or self.label.heightForWidth(width) != before:
+            self.updateGeometry()  # another line (or one fewer): the layout around us must know
+
+    def setToolTip(self, tip: str) -> None:
+        self.label.setToolTip(tip)
+
+    # the layout asks the holder; the label answers
+    def sizeHint(self):  # noqa: N802 (Qt's name)
+        return self.label.sizeHint()
+
+    def minimumSizeHint(self):  # noqa: N802
+        return self.label.minimumSizeHint()
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        return self.label.heightForWidth(width)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        self.label.setGeometry(self.rect())
+        super().resizeEvent(event)
+
+
 class Card(QFrame):
     def __init__(self, title: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("card")
         self.title = QLabel(title)
         self.title.setObjectName("cardTitle")
-        self.value = QLabel(wordWrap=True)
-        self.value.setObjectName("cardValue")
-        self.detail = QLabel(wordWrap=True)
-        self.detail.setObjectName("cardDetail")
+        self.value = SteadyLabel("cardValue")
+        self.detail = SteadyLabel("cardDetail")
         col = QVBoxLayout(self)
         col.setContentsMargins(10, 6, 10, 6)
         col.setSpacing(2)
@@ -166,4 +211,4 @@ class HeadlineCards(QWidget):
             self.given.set_text(*contribution_text(self.stats, self.history))
 
 
-__all__ = ["HeadlineCards", "held_out", "held_out_text", "contribution_text", "StatsLoader"]
+__all__ = ["HeadlineCards", "SteadyLabel", "held_out", "held_out_text", "contribution_text", "StatsLoader"]

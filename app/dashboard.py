@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, 
                                QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
 from app import theme
-from app.cards import HeadlineCards
+from app.cards import HeadlineCards, SteadyLabel
 from app.models import PHASE_GROUPS, RoundHistory
 
 PALETTE = theme.OKABE_ITO  # the light palette's curve colours (theme.curve_colours() for the current one)
@@ -97,8 +97,7 @@ class DashboardView(QWidget):
         self._visible: tuple[str, ...] = ()
         self._marked = -1
         self._marks: np.ndarray | None = None
-        self.summary = QLabel(wordWrap=True)
-        self.summary.setObjectName("dashboardSummary")
+        self.summary = SteadyLabel("dashboardSummary")  # new text every round, rarely a new height
         self.window_spin = QSpinBox(minimum=1, maximum=1000, value=window, suffix=" rounds")
         self.window_spin.setToolTip("How many rounds the rolling means average over")
         self.window_spin.valueChanged.connect(self._on_window_spin_value_changed)

@@ -54,6 +54,46 @@ def test_contribution_card_reads_the_store_on_a_thread(qtbot, tmp_path):
     assert cards.given.detail.text().startswith("running ")
 
 
+def test_a_new_round_relays_out_nothing_unless_a_label_needs_another_line(qtbot):
+    """QLabel.setText relays out every layout up to the window, half a redraw's CPU (sapo-bench gui)."""
+    from PySide6.QtCore import QEvent, QObject
+
+    from app.dashboard import DashboardView
+
+    class Requests(QObject):
+        count = 0
+
+        def eventFilter(self, obj, event):  # noqa: N802
+            if event.type() == QEvent.Type.LayoutRequest:
+                Requests.count += 1
+            return False
+
+    h = _history(100)
+    view = DashboardView(h)
+    qtbot.addWidget(view)
+    view.resize(1200, 800)
+    view.show()
+    qtbot.waitExposed(view)
+    qtbot.wait(50)
+    seen = Requests()
+    for w in (view, view.cards, view.cards.given, view.cards.held):
+        w.installEventFilter(seen)
+    rng = random.Random(1)
+    for r in range(101, 106):  # new summary and contribution figures every round, same number of lines
+        before = view.summary.text(), view.cards.given.value.text()
+        h.add(r, demo_metrics(r, rng))
+        view.refresh()
+        qtbot.wait(20)
+        assert (view.summary.text(), view.cards.given.value.text()) != before
+    assert Requests.count == 0
+
+    height = view.summary.height()
+    view.summary.setText("a long summary, " * 40)  # three lines or more: the row must grow
+    qtbot.waitUntil(lambda: view.summary.height() > height, timeout=2000)
+    assert Requests.count > 0
+    assert view.summary.label.geometry() == view.summary.rect()
+
+
 def test_two_columns_below_1150_px_and_peers_hidden_while_alone(qtbot):
     from app.dashboard import DashboardView
 
