@@ -48,8 +48,8 @@ def format_duration(seconds: float) -> str:
     return f"{h} h {m} min" if m else f"{h} h"
 
 
-def download_text(info: dict[str, Any], done: int, total: int) -> str:
-    """One line for a `Progress(phase="download")`: what, how far, how long still."""
+def download_text(info: dict[str, Any], done: int, total: int, with_rate: bool = False) -> str:
+    """One line for a `Progress(phase="download")`: what, how far (and how fast), how long still."""
     title = str(info.get("model") or "the model")
     if info.get("failed"):
         return f"Could not download {title}: {info['failed']}"
@@ -62,6 +62,9 @@ def download_text(info: dict[str, Any], done: int, total: int) -> str:
     digits = 2 if unit == "GB" else 0
     text = (f"Downloading {title}: {done / size:.{digits}f} of {total / size:.{digits}f} {unit} "
             f"({int(100 * done / total)} %)")  # floored: 100 % only once it is all here
+    rate = info.get("bytes_per_s")
+    if with_rate and isinstance(rate, (int, float)) and rate > 0:
+        text += f" at {format_bytes(rate)}/s"
     eta = info.get("eta_s")
     if isinstance(eta, (int, float)) and eta >= 0:
         text += f", about {format_duration(eta)} left"
@@ -141,11 +144,7 @@ class DownloadLines:
                 return None
             self._last_step = step
         self._last_t = now
-        text = download_text(info, done, total)
-        rate = info.get("bytes_per_s")
-        if not end and isinstance(rate, (int, float)) and rate > 0:
-            text += f" at {format_bytes(rate)}/s"
-        return text
+        return download_text(info, done, total, with_rate=True)
 
 
 __all__ = ["PHASE", "DownloadReport", "DownloadLines", "download_text", "format_bytes", "format_duration"]

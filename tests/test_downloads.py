@@ -109,7 +109,7 @@ def test_terminal_lines_every_few_seconds_or_ten_percent_and_always_the_end():
     assert fast == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
     # the end is said once, however many final events arrive
     assert lines.line(total, total, INFO, now=11.0) is None
-    assert "about 2 min left at 4 MB/s" in DownloadLines().line(120 * MB, total, {**INFO, "eta_s": 130,
+    assert "(31 %) at 4 MB/s, about 2 min left" in DownloadLines().line(120 * MB, total, {**INFO, "eta_s": 130,
                                                                                   "bytes_per_s": 4 * MB}, now=0.0)
     failed = DownloadLines().line(0, 0, {**INFO, "failed": "offline"}, now=0.0)
     assert failed == "Could not download SmolLM2-360M-Instruct: offline"
