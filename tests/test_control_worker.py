@@ -290,3 +290,32 @@ def test_first_start_reports_the_model_download_then_falls_back_and_starts(env, 
     assert seen[-1].model_id == embedded.id
     cache = Path(env["SAPO_CACHE_DIR"]) / "hub"
     assert list(cache.glob("models--*/blobs/*")) == []  # nothing half-right left to be found next time
+
+
+def test_a_stop_during_the_model_download_ends_it_cleanly(env, tmp_path):
+    """Stop asked while the model downloads: the node leaves at the download's next read (it does
+    not wait it out, nor get terminated), says it stopped, and keeps no partial file."""
+    from sapo_core.catalog import load_catalogue
+    from sapo_core.modelfiles import _PROXY_VARS
+
+    from fakehub import FakeHub
+
+    entry = load_catalogue().get("smollm2-360m-instruct")
+    payload = b"GGUF" + bytes(range(256)) * (24 * 2**20 // 256)
+    with FakeHub(payload, repo=entry.repo, revision=entry.revision, filename=entry.filename,
+                 trickle_seconds=20.0) as hub:
+        node_env = {k: v for k, v in env.items() if k not in _PROXY_VARS}
+        node_env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        client = NodeClient(env=node_env)
+        client.start(tiny(tmp_path / "run", **{"model.name": entry.id}))
+        try:
+            client.wait_for(lambda e: isinstance(e, P.Progress) and e.phase == "download", START)
+        finally:
+            # the transfer has 20 s to go; the next 10 MiB read (~8 s) sees the stop
+            assert client.stop(timeout=60) == P.EXIT_OK
+    assert client.exited is not None and client.exited.clean
+    later = list(iter(lambda: client.next_event(0), None))
+    assert not any(isinstance(e, P.Progress) and e.done >= len(payload) for e in later)  # not waited out
+    assert not any(isinstance(e, P.Log) and ("failed" in e.message or e.message.startswith("model:")) for e in later)
+    cache = Path(env["SAPO_CACHE_DIR"]) / "hub"
+    assert list(cache.glob("models--*/blobs/*")) == []
