@@ -13,7 +13,8 @@ minutes. Three parts, all standard library (the desktop app imports this module)
 - `download_text(...)`: "Downloading SmolLM2-360M-Instruct: 120 of 386 MB (31 %), about 2 min
   left": the app's status line and the terminal's say the same.
 - `DownloadLines`: the terminal's throttle: a line when the download starts, then one every
-  `every_seconds` or every `every_fraction` of the file, whichever comes first, and the last one.
+  `every_seconds` or every `every_fraction` of the file, whichever comes first, and the last one
+  (a failure is the node's warning line, not another progress line).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def download_text(info: dict[str, Any], done: int, total: int, with_rate: bool =
     if info.get("failed"):
         return f"Could not download {title}: {info['failed']}"
     if total > 0 and done >= total:
-        return f"Downloaded {title} ({format_bytes(total)}); loading it"
+        return f"Downloaded {title} ({format_bytes(total)}); checking and loading it"
     if total <= 0:
         return f"Downloading {title}: {format_bytes(done)}"
     # both figures in the total's unit, so "120 of 386 MB" never reads "1 of 2 GB"
@@ -66,7 +67,7 @@ def download_text(info: dict[str, Any], done: int, total: int, with_rate: bool =
     if with_rate and isinstance(rate, (int, float)) and rate > 0:
         text += f" at {format_bytes(rate)}/s"
     eta = info.get("eta_s")
-    if isinstance(eta, (int, float)) and eta >= 0:
+    if isinstance(eta, (int, float)) and eta >= 1:
         text += f", about {format_duration(eta)} left"
     return text
 
@@ -131,8 +132,10 @@ class DownloadLines:
 
     def line(self, done: int, total: int, info: dict[str, Any], now: float | None = None) -> str | None:
         """The line to print for this progress event, or None to stay quiet."""
+        if info.get("failed"):
+            return None  # the node's warning line says it, with how long it tried
         now = time.monotonic() if now is None else now
-        end = bool(info.get("failed")) or (total > 0 and done >= total)
+        end = total > 0 and done >= total
         if end:
             if self._ended:
                 return None

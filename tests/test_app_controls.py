@@ -81,7 +81,7 @@ def test_panel_shows_the_model_download_then_the_first_round(qtbot):
     # all here: verified and loading (the bar full, not busy)
     s.apply(P.Progress(round=0, phase="download", done=386_404_992, total=386_404_992, info=info))
     panel.refresh(s)
-    assert panel.reason_label.text() == "Downloaded SmolLM2-360M-Instruct (386 MB); loading it"
+    assert panel.reason_label.text() == "Downloaded SmolLM2-360M-Instruct (386 MB); checking and loading it"
     assert (bar.maximum(), bar.value()) == (1000, 1000)
     # the node is up and the first round samples: the round's figures, the download gone
     for ev in (P.NodeInfo(model_id="smollm2-360m-instruct", sampler="llamacpp", run_dir="/tmp/r", next_round=1),

@@ -111,4 +111,4 @@ def test_the_terminal_prints_a_download_every_ten_percent_not_every_event():
     assert len(lines) == 1 + 11, lines
     assert lines[1] == "Downloading SmolLM2-360M-Instruct: 0 of 386 MB (0 %) at 4 MB/s, about 2 min left"
     assert lines[4] == "Downloading SmolLM2-360M-Instruct: 116 of 386 MB (30 %) at 4 MB/s, about 1 min left"
-    assert lines[-1] == "Downloaded SmolLM2-360M-Instruct (386 MB); loading it"
+    assert lines[-1] == "Downloaded SmolLM2-360M-Instruct (386 MB); checking and loading it"
