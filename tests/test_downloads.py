@@ -32,9 +32,11 @@ def test_format_duration(s, text):
     (386 * MB, 386 * MB, INFO, "Downloaded SmolLM2-360M-Instruct (386 MB); checking and loading it"),
     (500 * MB, 1_530_000_000, {"model": "Qwen3-1.7B", "eta_s": 45}, "Downloading Qwen3-1.7B: 0.50 of 1.53 GB (32 %), "
                                                                  "about 45 s left"),
-    (385 * MB, 386 * MB, {**INFO, "eta_s": 0.4}, "Downloading SmolLM2-360M-Instruct: 385 of 386 MB (99 %)"),  # not "0 s left"
+    (385 * MB, 386 * MB, {**INFO, "eta_s": 0.4},
+     "Downloading SmolLM2-360M-Instruct: 385 of 386 MB (99 %)"),  # not "about 0 s left"
     (5 * MB, 0, INFO, "Downloading SmolLM2-360M-Instruct: 5 MB"),  # size unknown
-    (0, 0, {**INFO, "failed": "ConnectError: refused"}, "Could not download SmolLM2-360M-Instruct: ConnectError: refused"),
+    (0, 0, {**INFO, "failed": "ConnectError: refused"},
+     "Could not download SmolLM2-360M-Instruct: ConnectError: refused"),
     (0, 10, {}, "Downloading the model: 0 of 10 bytes (0 %)"),
 ])
 def test_download_text(done, total, info, text):
