@@ -303,7 +303,7 @@ def test_a_stop_during_the_model_download_ends_it_cleanly(env, tmp_path):
     entry = load_catalogue().get("smollm2-360m-instruct")
     payload = b"GGUF" + bytes(range(256)) * (24 * 2**20 // 256)
     with FakeHub(payload, repo=entry.repo, revision=entry.revision, filename=entry.filename,
-                 trickle_seconds=20.0) as hub:
+                 trickle_seconds=12.0) as hub:
         node_env = {k: v for k, v in env.items() if k not in _PROXY_VARS}
         node_env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
         client = NodeClient(env=node_env)
@@ -311,7 +311,7 @@ def test_a_stop_during_the_model_download_ends_it_cleanly(env, tmp_path):
         try:
             client.wait_for(lambda e: isinstance(e, P.Progress) and e.phase == "download", START)
         finally:
-            # the transfer has 20 s to go; the next 10 MiB read (~8 s) sees the stop
+            # the transfer has 12 s to go; the next 10 MiB read (~5 s) sees the stop
             assert client.stop(timeout=60) == P.EXIT_OK
     assert client.exited is not None and client.exited.clean
     later = list(iter(lambda: client.next_event(0), None))
