@@ -1,6 +1,7 @@
 """The controls: the status panel on top of every tab, and the share-and-rules settings.
 
-`StatusPanel` shows the node's state and its reason at all times, the round's phase, and
+`StatusPanel` shows the node's state and its reason at all times, the round's phase (or, on a
+first start, the model's download: MB, per cent, time left, on the same line and bar), and
 the buttons that change it: Pause now, Pause after this round, Resume, Snooze 1 h, Start.
 `ShareSettings` holds what the volunteer gives: the CPU share (throttle), threads, and the
 power rules of `ControlConfig` (battery, idle, schedule, temperature, free memory).
@@ -131,7 +132,11 @@ class StatusPanel(QFrame):
         self.pause_after_button.setEnabled(s.state == P.RUNNING)
         self.resume_button.setEnabled(alive and (by_you or s.state in (P.SNOOZED, P.PAUSING)))
         self.snooze_button.setEnabled(alive and s.state != P.SNOOZED)
-        if s.state == P.RUNNING and s.total:
+        fraction = s.download_fraction
+        if fraction is not None:  # first start: the model's download (bytes overflow the bar's int)
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(round(fraction * 1000))
+        elif s.state == P.RUNNING and s.total:
             self.progress.setRange(0, s.total)
             self.progress.setValue(min(s.done, s.total))
         elif s.state in (P.STARTING, P.STOPPING) or (s.state == P.RUNNING and s.phase):
@@ -139,6 +144,9 @@ class StatusPanel(QFrame):
         else:
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
+        # the bar is 6 px and textless: its name and description say what it measures
+        self.progress.setAccessibleName("Model download progress" if s.downloading else "Round progress")
+        self.progress.setAccessibleDescription(s.detail)
 
     def _on_pause_button_clicked(self) -> None:
         self.pause_requested.emit(False)

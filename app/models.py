@@ -1,6 +1,7 @@
 """Plain-Python state behind the views: no Qt here, so it is tested without a display.
 
-- `NodeStatus`: what the node is doing now (state, its reason, round, phase), from events.
+- `NodeStatus`: what the node is doing now (state, its reason, round, phase, or the model's
+  download on a first start), from events.
 - `Series` / `RoundHistory`: every figure of every round, as growing numpy arrays, with the
   derived curves the dashboard draws (rolling mean, cumulative sum).
 - `SwarmModel`: who this node is in the swarm and what it exchanged, summed over rounds.
@@ -18,6 +19,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from sapo_core.control import protocol as P
+from sapo_core.downloads import PHASE as DOWNLOAD, download_text
 
 PHASE_WORDS = {"sample": "sampling", "score": "scoring", "share": "sharing", "gather": "gathering",
                "prepare": "preparing", "update": "training", "sync": "syncing", "save": "saving"}
@@ -52,6 +54,7 @@ class NodeStatus:
     pid: int | None = None
     started_round: int = 0  # the round `round_started` belongs to
     round_started: float | None = None  # time.monotonic() when it began (first sign of it)
+    info: dict = field(default_factory=dict)  # the last Progress's info (a download's model, size, time left)
 
     def round_eta(self, typical_seconds: float, now: float | None = None) -> float | None:
         """Seconds until the running round ends, from how long rounds take; None if unknown."""
@@ -64,13 +67,17 @@ class NodeStatus:
         if isinstance(ev, P.State):
             self.state, self.reason, self.until = ev.state, ev.reason, ev.until
             self.round = ev.round or self.round
-            if ev.state != P.RUNNING:
-                self.phase, self.done, self.total = "", 0, 0
+            if ev.state != P.RUNNING or self.downloading:  # (a download is over once the node runs)
+                self.phase, self.done, self.total, self.info = "", 0, 0, {}
             return True
         if isinstance(ev, P.Progress):
+            if ev.phase == DOWNLOAD:  # before the first round (round 0): no round has started
+                self.phase, self.done, self.total, self.info = ev.phase, ev.done, ev.total, dict(ev.info)
+                return True
             if ev.round and ev.round != self.started_round:
                 self.started_round, self.round_started = ev.round, time.monotonic()
             self.round, self.phase, self.done, self.total = ev.round or self.round, ev.phase, ev.done, ev.total
+            self.info = {}
             return True
         if isinstance(ev, P.RoundDone):
             self.round, self.phase, self.done, self.total = ev.round + 1, "", 0, 0
@@ -86,6 +93,8 @@ class NodeStatus:
         if isinstance(ev, P.NodeInfo):
             self.model_id, self.sampler, self.run_dir = ev.model_id, ev.sampler, ev.run_dir
             self.round = ev.next_round
+            if self.downloading:  # the model is loaded: its download is history
+                self.phase, self.done, self.total, self.info = "", 0, 0, {}
             return True
         if isinstance(ev, P.Hello):
             self.pid = ev.pid
@@ -99,6 +108,8 @@ class NodeStatus:
     @property
     def detail(self) -> str:
         """The reason, or what the round is doing: one line under the state."""
+        if self.downloading:
+            return download_text(self.info, self.done, self.total)
         if self.state == P.RUNNING and self.phase:
             word = PHASE_WORDS.get(self.phase, self.phase)
             unit = PHASE_UNITS.get(self.phase)
@@ -108,6 +119,18 @@ class NodeStatus:
         if self.state == P.RUNNING and not self.reason:
             return f"round {self.round}" if self.round else ""
         return self.reason
+
+    @property
+    def downloading(self) -> bool:
+        """The node is fetching its model (first start), or just did, or could not."""
+        return self.phase == DOWNLOAD
+
+    @property
+    def download_fraction(self) -> float | None:
+        """How much of the model is here, 0..1; None when unknown or the download failed."""
+        if not self.downloading or self.total <= 0 or self.info.get("failed"):
+            return None
+        return min(1.0, max(0.0, self.done / self.total))
 
     @property
     def holding(self) -> bool:

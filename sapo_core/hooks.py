@@ -20,7 +20,8 @@ class RoundHooks(Protocol):
         """Called often from hot loops: may block (pause, throttle) or raise `Interrupted`."""
 
     def progress(self, phase: str, done: int, total: int, **info: Any) -> None:
-        """Phase is one of: sample, score, share, gather, update, save."""
+        """Phase is one of: sample, score, share, gather, update, save; or download (the model, at
+        start-up: done/total in bytes, info from downloads.DownloadReport)."""
 
     def log(self, level: str, message: str) -> None:
         """A line for the user's event log."""

@@ -5,7 +5,9 @@
   imported: its `__init__` imports the `llm` tool, which SAPO Swarm does not install);
 - hub: `huggingface_hub.hf_hub_download` into `cache_dir`, pinned to the catalogue's
   commit (so a file already downloaded is found without any network), with a progress
-  callback, and retried from where it stopped when the connection drops mid-file.
+  callback, and retried from where it stopped when the connection drops mid-file. Given a
+  `downloads.DownloadReport` as the callback, the node's log and status line follow it; a stop
+  raised from the callback (`Interrupted`) passes through, never read as a failed download.
 Every file is checked: GGUF magic, size, and SHA-256 when the catalogue gives one (hashes are
 remembered by size and mtime in `verified.json`, so a 2 GB file is hashed once). A file that
 fails is deleted and the error says so.
@@ -28,7 +30,9 @@ from urllib.parse import urlsplit
 
 from sapo_core.catalog import Catalogue, CatalogEntry, choose_model, load_catalogue
 from sapo_core.config import NodeConfig
+from sapo_core.downloads import DownloadReport
 from sapo_core.fsutil import atomic_write_bytes
+from sapo_core.hooks import Interrupted
 
 Progress = Callable[[int, "int | None"], None]  # (bytes so far, total bytes or None)
 GGUF_MAGIC = b"GGUF"
@@ -177,7 +181,10 @@ def _discard(path: Path) -> None:
 
 def resolve_model_file(entry: CatalogEntry, cache_dir: Path | None = None, progress: Progress | None = None,
                        *, endpoint: str | None = None) -> Path:
-    """A verified local GGUF for `entry`, downloading it when needed (see the module docstring)."""
+    """A verified local GGUF for `entry`, downloading it when needed (see the module docstring).
+    `progress(done, total)` hears the bytes; a `downloads.DownloadReport` also hears when a download
+    starts, is verified or fails (for the node's log and status line)."""
+    report = progress if isinstance(progress, DownloadReport) else None
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if entry.embedded:
         path = embedded_gguf_path(Catalogue((entry,)))
@@ -205,17 +212,31 @@ def resolve_model_file(entry: CatalogEntry, cache_dir: Path | None = None, progr
             raise ModelUnavailable(f"cannot download {entry.title} ({entry.size_bytes / 1e9:.2f} GB) from {where}: "
                                    f"{why}. Connect to the internet and retry, or use the embedded model.")
         cache_dir.mkdir(parents=True, exist_ok=True)
+        if report is not None:
+            report.started(entry.title, entry.size_bytes, urlsplit(_hub_endpoint(endpoint)).hostname or "the hub")
         try:
             path = Path(hf_hub_download(**kwargs, tqdm_class=_progress_class(progress) if progress else None))
+        except Interrupted:
+            raise  # a stop asked mid-download: not a failure (huggingface_hub deletes the partial file)
         except Exception as e:  # huggingface_hub's and httpx's errors: all mean "not now"
+            _failed(report, f"{type(e).__name__}: {e}")
             raise ModelUnavailable(f"could not download {entry.filename} from {where}: {type(e).__name__}: {e}. "
                                    "Retry later, or use the embedded model.") from e
     try:
         verify_gguf(path, entry, cache_dir)
     except ModelUnavailable as e:
         _discard(path)
+        if report is not None and report.info:
+            _failed(report, str(e))
         raise ModelUnavailable(f"{e}. The file was deleted; the next start downloads it again.") from None
+    if report is not None and report.info:
+        report.finished()
     return path
+
+
+def _failed(report: DownloadReport | None, why: str) -> None:
+    if report is not None:
+        report.failed(why)
 
 
 # --- with a fallback --------------------------------------------------------------------

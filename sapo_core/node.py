@@ -46,6 +46,7 @@ import torch
 from sapo_core import grpo, paths
 from sapo_core.checkpoint import CheckpointState, Checkpoints
 from sapo_core.config import NodeConfig, dump_config
+from sapo_core.downloads import DownloadReport
 from sapo_core.evaluation import Evaluator, EvalSettings, HeldOut
 from sapo_core.fsutil import atomic_write_bytes
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
@@ -123,7 +124,7 @@ class Node:
         self.checkpoints = Checkpoints(self.run_dir)
         self.threads = threads = self.choose_threads()
         torch.set_num_threads(threads)
-        plan = resolve_model(cfg)
+        plan = resolve_model(cfg, hooks)
         hooks.log("info", f"model: {plan.why}")
         if plan.micro_batch_size < cfg.train.micro_batch_size:
             hooks.log("info", f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
@@ -555,8 +556,9 @@ class ModelPlan:
     why: str
 
 
-def resolve_model(cfg: NodeConfig) -> ModelPlan:
-    """Which model this node trains, from which file, at which micro-batch, and why."""
+def resolve_model(cfg: NodeConfig, hooks: RoundHooks | None = None) -> ModelPlan:
+    """Which model this node trains, from which file, at which micro-batch, and why. A model not
+    downloaded yet is fetched here, its progress reported through `hooks` (downloads.py)."""
     micro = cfg.train.micro_batch_size
     if cfg.model.gguf_path:
         p = Path(cfg.model.gguf_path).expanduser()
@@ -569,7 +571,11 @@ def resolve_model(cfg: NodeConfig) -> ModelPlan:
     if cfg.model.name == TINY_RANDOM:
         return ModelPlan(None, modelfiles.embedded_gguf_path(), TINY_RANDOM, micro,
                          "tiny-random (test model, random weights)")
-    sel = modelfiles.model_for_config(cfg)
+    hooks = hooks or NullHooks()
+    # the worker's Controller has `stop_reason`: a stop asked mid-download ends it (other hooks: never)
+    report = DownloadReport(hooks.progress, hooks.log,
+                            should_stop=lambda: getattr(hooks, "stop_reason", None) is not None)
+    sel = modelfiles.model_for_config(cfg, report)
     return ModelPlan(sel.path, None, sel.model_id, sel.micro_batch_size, sel.why)
 
 

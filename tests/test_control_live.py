@@ -86,3 +86,29 @@ def test_a_node_that_cannot_run_exits_2_with_the_reason(env, tmp_path):
     out, err = proc.communicate(timeout=START)
     assert proc.returncode == 2
     assert "error:" in out and "no-such-model" in out
+
+
+def test_the_terminal_prints_a_download_every_ten_percent_not_every_event():
+    """`sapo-node run` on a first start: 101 download events (1 % each, arriving faster than
+    the 5 s between time-based lines) print 11 lines, one per 10 %, the last saying it is done."""
+    import io
+
+    from rich.console import Console
+
+    from sapo_core.commands.live import EventDisplay
+    from sapo_core.control import protocol as P
+
+    out = io.StringIO()
+    display = EventDisplay(Console(file=out, width=200, highlight=False), None)
+    total, info = 386_000_000, {"model": "SmolLM2-360M-Instruct", "size_bytes": 386_000_000, "host": "huggingface.co"}
+    display(P.Log(level="info", message="downloading SmolLM2-360M-Instruct (386 MB) from huggingface.co …"))
+    for pct in range(101):
+        display(P.Progress(round=0, phase="download", done=total * pct // 100, total=total,
+                           info={**info, "bytes_per_s": 4_000_000, "eta_s": (100 - pct) * 0.965}))
+    display(P.Progress(round=0, phase="download", done=total, total=total, info=info))  # a repeated last one
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "info: downloading SmolLM2-360M-Instruct (386 MB) from huggingface.co …"
+    assert len(lines) == 1 + 11, lines
+    assert lines[1] == "Downloading SmolLM2-360M-Instruct: 0 of 386 MB (0 %) at 4 MB/s, about 2 min left"
+    assert lines[4] == "Downloading SmolLM2-360M-Instruct: 116 of 386 MB (30 %) at 4 MB/s, about 1 min left"
+    assert lines[-1] == "Downloaded SmolLM2-360M-Instruct (386 MB); checking and loading it"

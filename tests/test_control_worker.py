@@ -241,3 +241,81 @@ def test_a_pause_suspends_the_llamacpp_sampler_at_once_and_resume_lets_it_go_on(
         assert done.round == at.round
     finally:
         assert client.stop(timeout=120) == P.EXIT_OK
+
+
+@pytest.mark.slow
+def test_first_start_reports_the_model_download_then_falls_back_and_starts(env, tmp_path):
+    """A catalogue model not downloaded yet, from a loopback hub (tests/fakehub.py) at the
+    catalogue's repo, commit and file name: the node says where it downloads from, sends
+    Progress(phase="download") with growing byte counts of the served file, still "starting"
+    (round 0, never "running"), no more than about four a second. The served file is a small
+    stand-in (not the catalogue's size): verification refuses it, deletes it, says so, and the
+    node starts with the embedded model, as a failed download does today."""
+    from sapo_core.catalog import load_catalogue
+    from sapo_core.modelfiles import _PROXY_VARS
+
+    from fakehub import FakeHub
+
+    entry, embedded = load_catalogue().get("smollm2-360m-instruct"), load_catalogue().embedded
+    payload = b"GGUF" + bytes(range(256)) * (24 * 2**20 // 256)  # 24 MiB: three of the client's 10 MiB reads
+    with FakeHub(payload, repo=entry.repo, revision=entry.revision, filename=entry.filename,
+                 trickle_seconds=2.0) as hub:
+        node_env = {k: v for k, v in env.items() if k not in _PROXY_VARS}
+        node_env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        client = NodeClient(env=node_env)
+        client.start(tiny(tmp_path / "run", **{"model.name": entry.id}))
+        try:
+            seen: list[P.Message] = []
+            client.wait_for(lambda e: seen.append(e) or isinstance(e, P.NodeInfo), 900)
+        finally:
+            assert client.stop(timeout=120) == P.EXIT_OK
+    logs = [e.message for e in seen if isinstance(e, P.Log)]
+    size = f"{entry.size_bytes / 1e6:.0f} MB"
+    assert f"downloading {entry.title} ({size}) from 127.0.0.1 …" in logs
+    steps = [e for e in seen if isinstance(e, P.Progress) and e.phase == "download"]
+    counting = [e for e in steps if not e.info.get("failed")]
+    assert len({e.done for e in counting}) >= 3, counting  # it moved while we watched
+    assert [e.done for e in counting] == sorted(e.done for e in counting)
+    assert counting[-1].done == len(payload) and all(e.total == len(payload) and e.round == 0 for e in counting)
+    assert counting[0].info["model"] == entry.title and counting[0].info["size_bytes"] == entry.size_bytes
+    assert len(counting) <= 2.0 * 4 + 3  # rate-limited: ~4 a second over the 2 s transfer, plus first and last
+    # refused: the failure reaches the status line and the log, and the fallback says why
+    assert "bytes; the catalogue's" in steps[-1].info["failed"]
+    assert any(m.startswith(f"download of {entry.title} failed after") for m in logs)
+    assert any(m.startswith("model: ") and f"instead of {entry.title}" in m for m in logs)
+    assert not any(m.startswith("downloaded and verified") for m in logs)
+    # still starting while it downloaded: no round ran, no "running" before the model was up
+    before_info = seen[:-1]
+    assert not any(isinstance(e, P.State) and e.state == P.RUNNING for e in before_info)
+    assert seen[-1].model_id == embedded.id
+    cache = Path(env["SAPO_CACHE_DIR"]) / "hub"
+    assert list(cache.glob("models--*/blobs/*")) == []  # nothing half-right left to be found next time
+
+
+def test_a_stop_during_the_model_download_ends_it_cleanly(env, tmp_path):
+    """Stop asked while the model downloads: the node leaves at the download's next read (it does
+    not wait it out, nor get terminated), says it stopped, and keeps no partial file."""
+    from sapo_core.catalog import load_catalogue
+    from sapo_core.modelfiles import _PROXY_VARS
+
+    from fakehub import FakeHub
+
+    entry = load_catalogue().get("smollm2-360m-instruct")
+    payload = b"GGUF" + bytes(range(256)) * (24 * 2**20 // 256)
+    with FakeHub(payload, repo=entry.repo, revision=entry.revision, filename=entry.filename,
+                 trickle_seconds=12.0) as hub:
+        node_env = {k: v for k, v in env.items() if k not in _PROXY_VARS}
+        node_env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        client = NodeClient(env=node_env)
+        client.start(tiny(tmp_path / "run", **{"model.name": entry.id}))
+        try:
+            client.wait_for(lambda e: isinstance(e, P.Progress) and e.phase == "download", START)
+        finally:
+            # the transfer has 12 s to go; the next 10 MiB read (~5 s) sees the stop
+            assert client.stop(timeout=60) == P.EXIT_OK
+    assert client.exited is not None and client.exited.clean
+    later = list(iter(lambda: client.next_event(0), None))
+    assert not any(isinstance(e, P.Progress) and e.done >= len(payload) for e in later)  # not waited out
+    assert not any(isinstance(e, P.Log) and ("failed" in e.message or e.message.startswith("model:")) for e in later)
+    cache = Path(env["SAPO_CACHE_DIR"]) / "hub"
+    assert list(cache.glob("models--*/blobs/*")) == []

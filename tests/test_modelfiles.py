@@ -1,10 +1,8 @@
 """Model files: the embedded GGUF in its package, hub downloads, verification, fallbacks.
 
 The embedded model is the real installed file. No model hub is reachable here, so the hub is
-a fake: a `http.server` on loopback answering in the hub's URL layout
-(`/{repo}/resolve/{revision}/{filename}`, HEAD with `X-Repo-Commit`, `ETag`, `Content-Length`;
-GET with `Range`), and the real `hf_hub_download` runs against it. "No network" is a closed
-loopback port.
+a fake (tests/fakehub.py: a `http.server` on loopback in the hub's URL layout), and the real
+`hf_hub_download` runs against it. "No network" is a closed loopback port.
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,85 +21,7 @@ from sapo_core import modelfiles
 from sapo_core.catalog import load_catalogue
 from sapo_core.modelfiles import ModelUnavailable, resolve_model_file, resolve_or_embedded
 
-REPO = "sapo-test/Tiny-GGUF"
-REVISION = "0123456789abcdef0123456789abcdef01234567"
-FILENAME = "tiny-q8_0.gguf"
-PAYLOAD = b"GGUF" + bytes(range(256)) * 12_000  # ~3 MB
-
-
-class FakeHub:
-    """Serves one file like the hub's `resolve` endpoint; can cut the first GET short."""
-
-    def __init__(self, payload: bytes, cut_first_get_at: int = 0) -> None:
-        self.payload, self.cut_first_get_at = payload, cut_first_get_at
-        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _headers(self, status: int, length: int, extra: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                self.send_header("X-Repo-Commit", REVISION)
-                self.send_header("ETag", f'"{hashlib.sha256(hub.payload).hexdigest()}"')
-                self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Length", str(length))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-
-            def _known(self) -> bool:
-                if self.path.split("?")[0] == f"/{REPO}/resolve/{REVISION}/{FILENAME}":
-                    return True
-                self.send_response(404)
-                self.send_header("X-Error-Code", "EntryNotFound")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return False
-
-            def do_HEAD(self) -> None:
-                hub.requests.append(("HEAD", self.path, None))
-                if self._known():
-                    self._headers(200, len(hub.payload))
-
-            def do_GET(self) -> None:
-                rng = self.headers.get("Range")
-                hub.requests.append(("GET", self.path, rng))
-                if not self._known():
-                    return
-                data = hub.payload
-                if rng:
-                    start = int(rng.split("=")[1].split("-")[0])
-                    self._headers(206, len(data) - start,
-                                  {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"})
-                    self.wfile.write(data[start:])
-                    return
-                self._headers(200, len(data))
-                if hub.cut_first_get_at and sum(m == "GET" for m, _, _ in hub.requests) == 1:
-                    self.wfile.write(data[: hub.cut_first_get_at])  # then the connection drops
-                    self.wfile.flush()
-                    self.close_connection = True
-                    return
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "FakeHub":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def tiny_entry(payload: bytes = PAYLOAD, sha256: str | None = None):
-    base = load_catalogue().get("qwen2.5-0.5b-instruct")
-    return dataclasses.replace(base, repo=REPO, revision=REVISION, filename=FILENAME, size_bytes=len(payload),
-                               sha256=hashlib.sha256(payload).hexdigest() if sha256 is None else sha256)
+from fakehub import FILENAME, PAYLOAD, REPO, REVISION, FakeHub, closed_port_url, tiny_entry
 
 
 @pytest.fixture
@@ -114,16 +32,6 @@ def online(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     for var in modelfiles._PROXY_VARS:
         monkeypatch.delenv(var, raising=False)
-
-
-def closed_port_url() -> str:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
-    return f"http://127.0.0.1:{port}"
 
 
 # --- the embedded model -----------------------------------------------------------------
@@ -257,3 +165,85 @@ def test_model_for_config_on_this_machine(tmp_path: Path, monkeypatch: pytest.Mo
     why = sel.why
     assert sel.path.name == load_catalogue().embedded.filename and sel.model_id == load_catalogue().embedded.id
     assert "named in the config" in why and "instead of Qwen3-0.6B" in why and "HF_HUB_OFFLINE" in why
+
+
+# --- what the volunteer sees of a download (downloads.DownloadReport) ----------------------
+
+
+class Recorder:
+    """Round hooks that keep what a download reports."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def progress(self, phase: str, done: int, total: int, **info) -> None:
+        self.events.append(("progress", phase, done, total, info))
+
+    def log(self, level: str, message: str) -> None:
+        self.events.append(("log", level, message))
+
+
+def test_a_download_says_where_from_how_far_and_when_it_is_verified(tmp_path: Path, online: None) -> None:
+    from sapo_core.downloads import DownloadReport
+
+    hooks, entry = Recorder(), tiny_entry()
+    with FakeHub(PAYLOAD) as hub:
+        path = resolve_model_file(entry, tmp_path, DownloadReport(hooks.progress, hooks.log), endpoint=hub.url)
+    assert path.read_bytes() == PAYLOAD
+    first, *_, last = hooks.events
+    assert first == ("log", "info", f"downloading {entry.title} (3 MB) from 127.0.0.1 …")
+    assert last[:2] == ("log", "info") and last[2].startswith(f"downloaded and verified {entry.title} in ")
+    steps = [e for e in hooks.events if e[0] == "progress"]
+    assert steps and all(e[1] == "download" and e[3] == len(PAYLOAD) for e in steps)
+    assert steps[-1][2] == len(PAYLOAD)
+    assert steps[-1][4]["model"] == entry.title and steps[-1][4]["size_bytes"] == len(PAYLOAD)
+    # found in the cache the next time: nothing to report
+    hooks.events.clear()
+    assert resolve_model_file(entry, tmp_path, DownloadReport(hooks.progress, hooks.log),
+                              endpoint=closed_port_url()) == path
+    assert hooks.events == []
+
+
+def test_a_download_that_fails_verification_reports_it_and_leaves_no_file(tmp_path: Path, online: None) -> None:
+    from sapo_core.downloads import DownloadReport
+
+    hooks = Recorder()
+    with FakeHub(PAYLOAD) as hub, pytest.raises(ModelUnavailable, match="SHA-256.*deleted"):
+        resolve_model_file(tiny_entry(sha256="0" * 64), tmp_path, DownloadReport(hooks.progress, hooks.log),
+                           endpoint=hub.url)
+    assert list(tmp_path.glob("models--*/blobs/*")) == []
+    (warning,) = [e for e in hooks.events if e[0] == "log" and e[1] == "warning"]
+    assert "failed after" in warning[2] and "SHA-256" in warning[2]
+    last = [e for e in hooks.events if e[0] == "progress"][-1]  # the status line must not stay at 100 %
+    assert "SHA-256" in last[4]["failed"] and not any(e[0] == "log" and "verified" in e[2] for e in hooks.events)
+
+
+def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_path: Path, online: None) -> None:
+    """The report's stop check raises Interrupted from the byte callback: it passes through (no
+    fallback to the embedded model, no failure reported), and the partial file is gone
+    (huggingface_hub deletes its per-process temporary file): nothing half-downloaded is ever
+    found, let alone verified; the next start downloads the file again."""
+    from huggingface_hub.constants import DOWNLOAD_CHUNK_SIZE
+
+    from sapo_core.downloads import DownloadReport
+    from sapo_core.hooks import Interrupted
+
+    payload = b"GGUF" + bytes(range(256)) * (DOWNLOAD_CHUNK_SIZE * 22 // 10 // 256)  # 2.2 chunks
+    entry, hooks = tiny_entry(payload), Recorder()
+    calls = []
+
+    def stop_after_a_chunk() -> bool:
+        calls.append(1)
+        return len(calls) > 2  # the opening call (0 bytes), one chunk, then stop
+
+    with FakeHub(payload) as hub:
+        with pytest.raises(Interrupted):
+            resolve_or_embedded(entry, load_catalogue(), tmp_path,
+                                DownloadReport(hooks.progress, hooks.log, should_stop=stop_after_a_chunk),
+                                endpoint=hub.url)
+        assert list(tmp_path.glob("models--*/blobs/*")) == list(tmp_path.glob("models--*/snapshots/*/*")) == []
+        assert not (tmp_path / "verified.json").exists()
+        assert not any(e[0] == "log" and e[1] == "warning" for e in hooks.events)  # not reported as failed
+        assert max(e[2] for e in hooks.events if e[0] == "progress") == DOWNLOAD_CHUNK_SIZE
+        path = resolve_model_file(entry, tmp_path, endpoint=hub.url)
+    assert path.read_bytes() == payload

@@ -2,9 +2,9 @@
 
 `run_with_display` starts the node through `NodeClient` and draws its events: a progress
 bar for the phase of the current round, a line per round, state changes with their
-reasons, log lines and errors. Ctrl-C asks the node to stop (the round in progress is
-abandoned and reruns on the next start); a second Ctrl-C kills it (it resumes from its last
-checkpoint). A crash prints its reason and the node's last lines of stderr, and exits 1.
+reasons, log lines and errors; on a first start, the model's download every few seconds.
+Ctrl-C asks the node to stop (the round in progress, or the download, is abandoned and reruns
+on the next start); a second Ctrl-C kills it (it resumes from its last checkpoint). A crash prints its reason and the node's last lines of stderr, and exits 1.
 
 Imports no torch: the node process does the work.
 """
@@ -24,6 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient, NodeStartError
+from sapo_core.downloads import PHASE as DOWNLOAD, DownloadLines
 
 PHASES = {"sample": "sampling", "score": "scoring", "share": "sharing", "gather": "gathering",
           "update": "training", "save": "saving"}
@@ -60,11 +61,14 @@ class EventDisplay:
         self.task = bar.add_task("starting", total=None) if bar else None
         self.started = time.monotonic()
         self.last_error = ""
+        self.download_lines = DownloadLines()
 
     def __call__(self, ev: P.Message) -> None:
         c = self.console
         if isinstance(ev, P.Progress):
-            if self.bar is not None and self.task is not None:
+            if ev.phase == DOWNLOAD:
+                self._download(ev)
+            elif self.bar is not None and self.task is not None:
                 self.bar.update(self.task, description=PHASES.get(ev.phase, ev.phase), completed=ev.done,
                                 total=ev.total or None)
         elif isinstance(ev, P.RoundDone):
@@ -86,6 +90,16 @@ class EventDisplay:
             c.print(f"[red]error: {escape(ev.message)}[/]")
             if ev.traceback and ev.kind == P.CRASH:
                 print(ev.traceback, file=sys.stderr)
+
+    def _download(self, ev: P.Progress) -> None:
+        """A model download on the first start: a line every few seconds or 10 % (DownloadLines),
+        and the bar in MB."""
+        line = self.download_lines.line(ev.done, ev.total, ev.info)
+        if line is not None:
+            self.console.print(f"[{'yellow' if ev.info.get('failed') else 'dim'}]{escape(line)}[/]")
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, description="download", completed=ev.done // 10**6,
+                            total=(ev.total // 10**6) or None)
 
     def _state(self, ev: P.State) -> None:
         if ev.state == P.RUNNING and not ev.reason:

@@ -179,7 +179,7 @@ class RoundDone(Message):
 @dataclass
 class Progress(Message):
     round: int
-    phase: str  # sample, score, share, gather, update, save
+    phase: str  # sample, score, share, gather, update, save; download: the model, before round 1 (round 0)
     done: int
     total: int
     info: dict[str, Any] = field(default_factory=dict)
