@@ -113,7 +113,7 @@ def by_day(rounds: Sequence[tuple[float, float, float, float]], receipts_seen: S
 
 def contribution_by_day(store: RunStore, now: float | None = None, days: int = DAYS) -> dict[str, Any]:
     """The figures of `by_day` and the running intervals of the same days, JSON-serialisable:
-    {"days": [Day as dict, oldest first], "running": [[start, end], ...], "pause_after_s": s}."""
+    {"days": [Day as dict, oldest first], "running": [[start, end], ...], "pause_after_s": s, "now": t}."""
     now = time.time() if now is None else now
     bounds = day_bounds(now, days)
     first, last = bounds[0][1], bounds[-1][2]
@@ -123,7 +123,7 @@ def contribution_by_day(store: RunStore, now: float | None = None, days: int = D
     pause_s = pause_after(spans)
     running = [[max(s, first), min(e, last)] for s, e in running_intervals(spans, pause_s)]
     return {"days": [asdict(d) for d in by_day(rows, [r[4] for r in store.receipts(since=first)], now, days)],
-            "running": running, "pause_after_s": pause_s}
+            "running": running, "pause_after_s": pause_s, "now": now}
 
 
 def day_table(daily: dict[str, Any]) -> list[str]:
@@ -132,9 +132,9 @@ def day_table(daily: dict[str, Any]) -> list[str]:
     busy = [i for i, d in enumerate(days) if d["rounds"] or d["seconds"] or d["receipts"]]
     if not busy:
         return [f"by day: nothing in the last {len(days)} days"]
-    out = [f"{'by day (local time)':<17} {'running':>8} {'CPU-hours':>9} {'rounds':>6} {'receipts':>8}"]
+    out = [f"{'by day (local time)':<19} {'running':>8} {'CPU-hours':>9} {'rounds':>6} {'receipts':>8}"]
     for d in days[busy[0]:]:
-        date = dt.date.fromisoformat(d["date"]).strftime("%a %Y-%m-%d")
+        date = dt.date.fromisoformat(d["date"]).strftime("%a %Y-%m-%d").ljust(19)
         if d["rounds"] or d["seconds"] or d["receipts"]:
             out.append(f"{date:<17} {d['seconds'] / 3600:>6.1f} h {d['cpu_hours']:>9.2f} {d['rounds']:>6} "
                        f"{d['receipts']:>8}")
