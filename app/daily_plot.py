@@ -72,6 +72,7 @@ class ContributionByDay(pg.GraphicsLayout):
         self._colours = {"hours": colours[0], "receipts": colours[1], "running": colours[2]}
         self._alone = True
         self.daily: dict[str, Any] | None = None
+        self._days_shown = (0.0, 0.0)
         self.setContentsMargins(0, 0, 0, 0)
         self.layout.setVerticalSpacing(0)
 
@@ -167,8 +168,10 @@ class ContributionByDay(pg.GraphicsLayout):
         if "now" in daily:
             self.now_line.setValue(daily["now"])
             self.now_line.setVisible(True)
-        self.bars_plot.setLimits(xMin=start[0], xMax=end[-1])
-        self.bars_plot.setXRange(start[0], end[-1], padding=0)
+        if (start[0], end[-1]) != self._days_shown:  # a new day: show the new 14 (a user's zoom stays till then)
+            self._days_shown = (start[0], end[-1])
+            self.bars_plot.setLimits(xMin=start[0], xMax=end[-1])
+            self.bars_plot.setXRange(start[0], end[-1], padding=0)
         self.bars_plot.setYRange(0, max(1.0, float(hours.max())) * 1.15, padding=0)
         self.receipts_view.setYRange(0, max(1.0, float(receipts.max())) * 1.15, padding=0)
 

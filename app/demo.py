@@ -150,4 +150,5 @@ def demo_node_events(rounds: int) -> list[P.Message]:
     return out
 
 
-__all__ = ["DEMO_WEEK", "demo_spans", "demo_try_result", "demo_rows", "demo_metrics", "write_demo_store", "demo_node_events", "TASKS", "DEMO_PEERS"]
+__all__ = ["DEMO_WEEK", "demo_spans", "demo_try_result", "demo_rows", "demo_metrics", "write_demo_store",
+           "demo_node_events", "TASKS", "DEMO_PEERS"]
