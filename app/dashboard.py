@@ -4,8 +4,8 @@ Headline cards (held-out quality, contribution: app/cards.py) over plots of a
 `RoundHistory`: reward per round with its rolling mean, held-out solve rate against the base
 model, accuracy per task, the share of training groups that came from peers (hidden while
 training alone), tokens/s (sampling and training), time per phase, and cumulative reward last
-(it rises whatever happens, so it is no headline), then "Your contribution by day" across the
-full width (app/daily_plot.py: hours running per day on a clock-time axis over the running
+(it rises whatever happens, so it is no headline), then "Your contribution by day" beside it
+when two columns are free there, else across the full width below (app/daily_plot.py: hours running per day on a clock-time axis over the running
 intervals; drawn when the contribution card's figures arrive, not per round). Curriculum changes are marked on the
 reward, held-out and accuracy plots. Three columns of plots from 1150 px, two below.
 Colours come from the system palette (app/theme.py). All curves downsample ('peak') and clip to the view, so
@@ -257,12 +257,18 @@ class DashboardView(QWidget):
         for i, key in enumerate(visible):
             ci.addItem(self.plots[key], row=i // columns, col=i % columns)
         rows = -(-len(visible) // columns)
-        ci.addItem(self.by_day, row=rows, col=0, colspan=columns)
+        free = rows * columns - len(visible)
+        if free >= 2:  # the last row's empty columns hold it (three columns, seven plots)
+            ci.addItem(self.by_day, row=rows - 1, col=columns - free, colspan=free)
+            height = (rows - 1) * PLOT_ROW_MIN_PX + max(PLOT_ROW_MIN_PX, BARS_MIN_PX + STRIP_PX)
+        else:  # a row of its own, full width: two weeks need the room
+            ci.addItem(self.by_day, row=rows, col=0, colspan=columns)
+            height = rows * PLOT_ROW_MIN_PX + BARS_MIN_PX + STRIP_PX
         self.by_day.set_alone("peers" not in visible)
         for col in range(3):  # equal columns, whatever the length of a title
             ci.layout.setColumnStretchFactor(col, 1 if col < columns else 0)
             ci.layout.setColumnPreferredWidth(col, 250 if col < columns else 0)
-        self.graphics.setMinimumHeight(rows * PLOT_ROW_MIN_PX + BARS_MIN_PX + STRIP_PX)
+        self.graphics.setMinimumHeight(height)
         self._columns, self._visible = columns, visible
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)

@@ -74,10 +74,13 @@ def test_one_bar_per_day_with_the_stores_figures_and_a_gap_for_the_pause(qtbot, 
     x, y = plot.receipts.getData()
     assert list(y) == [3.0] and _at(yesterday, 0) < x[0] < _at(yesterday + dt.timedelta(days=1), 0)
     assert plot.receipts_view.isVisible() and "receipts from peers" in plot.bars_plot.titleLabel.text
-    # the plot spans both columns below the others, on a clock axis linked to none of the round plots
+    # two columns: the plot spans both below the others, on a clock axis linked to none of the round plots
     layout = view.graphics.ci.layout
     rows = -(-len(view._visible) // 2)
     assert layout.itemAt(rows, 0) is plot and layout.itemAt(rows, 1) is plot
+    view.resize(1300, 800)  # three columns: seven plots leave two free beside the last one, and it takes them
+    view.arrange()
+    assert [layout.itemAt(2, c) for c in range(3)] == [view.plots["cumulative"], plot, plot]
     assert plot.bars_plot.getViewBox().linkedView(0) is None
 
 
