@@ -170,7 +170,8 @@ class ContributionByDay(pg.GraphicsLayout):
             self.now_line.setVisible(True)
         if (start[0], end[-1]) != self._days_shown:  # a new day: show the new 14 (a user's zoom stays till then)
             self._days_shown = (start[0], end[-1])
-            self.bars_plot.setLimits(xMin=start[0], xMax=end[-1])
+            for plot in (self.bars_plot, self.strip_plot):  # zoom no further out than the days, nor in than an hour
+                plot.setLimits(xMin=start[0], xMax=end[-1], minXRange=3600)
             self.bars_plot.setXRange(start[0], end[-1], padding=0)
         self.bars_plot.setYRange(0, max(1.0, float(hours.max())) * 1.15, padding=0)
         self.receipts_view.setYRange(0, max(1.0, float(receipts.max())) * 1.15, padding=0)

@@ -134,12 +134,12 @@ def day_table(daily: dict[str, Any]) -> list[str]:
         return [f"by day: nothing in the last {len(days)} days"]
     out = [f"{'by day (local time)':<19} {'running':>8} {'CPU-hours':>9} {'rounds':>6} {'receipts':>8}"]
     for d in days[busy[0]:]:
-        date = dt.date.fromisoformat(d["date"]).strftime("%a %Y-%m-%d").ljust(19)
+        date = dt.date.fromisoformat(d["date"]).strftime("%a %Y-%m-%d")
         if d["rounds"] or d["seconds"] or d["receipts"]:
-            out.append(f"{date:<17} {d['seconds'] / 3600:>6.1f} h {d['cpu_hours']:>9.2f} {d['rounds']:>6} "
+            out.append(f"{date:<19} {d['seconds'] / 3600:>6.1f} h {d['cpu_hours']:>9.2f} {d['rounds']:>6} "
                        f"{d['receipts']:>8}")
         else:
-            out.append(f"{date:<17} {'-':>8}")
+            out.append(f"{date:<19} {'-':>8}")
     return out
 
 
