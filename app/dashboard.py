@@ -5,9 +5,10 @@ Headline cards (held-out quality, contribution: app/cards.py) over plots of a
 model, accuracy per task, the share of training groups that came from peers (hidden while
 training alone), tokens/s (sampling and training), time per phase, and cumulative reward last
 (it rises whatever happens, so it is no headline), then "Your contribution by day" beside it
-when two columns are free there, else across the full width below (app/daily_plot.py: hours running per day on a clock-time axis over the running
-intervals; drawn when the contribution card's figures arrive, not per round). Curriculum changes are marked on the
-reward, held-out and accuracy plots. Three columns of plots from 1150 px, two below.
+when two columns are free there, else across the full width below (app/daily_plot.py: hours
+running per day on a clock-time axis over the running intervals; drawn when the contribution
+card's figures arrive, not per round). Curriculum changes are marked on the reward, held-out
+and accuracy plots. Three columns of plots from 1150 px, two below.
 Colours come from the system palette (app/theme.py). All curves downsample ('peak') and clip to the view, so
 10,000 rounds redraw within a frame (`sapo-bench gui` measures it). Redraws are coalesced:
 a burst of rounds (the history loading) costs one redraw.
