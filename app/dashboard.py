@@ -4,8 +4,11 @@ Headline cards (held-out quality, contribution: app/cards.py) over plots of a
 `RoundHistory`: reward per round with its rolling mean, held-out solve rate against the base
 model, accuracy per task, the share of training groups that came from peers (hidden while
 training alone), tokens/s (sampling and training), time per phase, and cumulative reward last
-(it rises whatever happens, so it is no headline). Curriculum changes are marked on the
-reward, held-out and accuracy plots. Three columns of plots from 1150 px, two below.
+(it rises whatever happens, so it is no headline), then "Your contribution by day" beside it
+when two columns are free there, else across the full width below (app/daily_plot.py: hours
+running per day on a clock-time axis over the running intervals; drawn when the contribution
+card's figures arrive, not per round). Curriculum changes are marked on the reward, held-out
+and accuracy plots. Three columns of plots from 1150 px, two below.
 Colours come from the system palette (app/theme.py). All curves downsample ('peak') and clip to the view, so
 10,000 rounds redraw within a frame (`sapo-bench gui` measures it). Redraws are coalesced:
 a burst of rounds (the history loading) costs one redraw.
@@ -24,6 +27,7 @@ from PySide6.QtWidgets import (QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, 
 
 from app import theme
 from app.cards import HeadlineCards, SteadyLabel
+from app.daily_plot import BARS_MIN_PX, STRIP_PX, ContributionByDay
 from app.models import PHASE_GROUPS, RoundHistory
 
 PALETTE = theme.OKABE_ITO  # the light palette's curve colours (theme.curve_colours() for the current one)
@@ -93,6 +97,7 @@ class DashboardView(QWidget):
         self._timer.timeout.connect(self.refresh)
 
         self.cards = HeadlineCards(history)
+        self.cards.loader.loaded.connect(self._on_stats_loaded)
         self._columns = 3
         self._visible: tuple[str, ...] = ()
         self._marked = -1
@@ -117,6 +122,7 @@ class DashboardView(QWidget):
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.markers: dict[str, pg.PlotDataItem] = {}
         self._build_plots()
+        self.by_day = ContributionByDay()  # its own time axis: linked to none of the round plots
         self.scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
         self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.scroll.setWidget(self.graphics)
@@ -245,15 +251,25 @@ class DashboardView(QWidget):
         ci = self.graphics.ci
         for key in self._visible:
             ci.removeItem(self.plots[key])
+        if self._visible:
+            ci.removeItem(self.by_day)
         for key in PLOT_ORDER:
             self.plots[key].setVisible(key in visible)
         for i, key in enumerate(visible):
             ci.addItem(self.plots[key], row=i // columns, col=i % columns)
+        rows = -(-len(visible) // columns)
+        free = rows * columns - len(visible)
+        if free >= 2:  # the last row's empty columns hold it (three columns, seven plots)
+            ci.addItem(self.by_day, row=rows - 1, col=columns - free, colspan=free)
+            height = (rows - 1) * PLOT_ROW_MIN_PX + max(PLOT_ROW_MIN_PX, BARS_MIN_PX + STRIP_PX)
+        else:  # a row of its own, full width: two weeks need the room
+            ci.addItem(self.by_day, row=rows, col=0, colspan=columns)
+            height = rows * PLOT_ROW_MIN_PX + BARS_MIN_PX + STRIP_PX
+        self.by_day.set_alone("peers" not in visible)
         for col in range(3):  # equal columns, whatever the length of a title
             ci.layout.setColumnStretchFactor(col, 1 if col < columns else 0)
             ci.layout.setColumnPreferredWidth(col, 250 if col < columns else 0)
-        rows = -(-len(visible) // columns)
-        self.graphics.setMinimumHeight(rows * PLOT_ROW_MIN_PX)
+        self.graphics.setMinimumHeight(height)
         self._columns, self._visible = columns, visible
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
@@ -354,6 +370,10 @@ class DashboardView(QWidget):
         if not math.isnan(speed):
             parts.append(f"{speed:.0f} tok/s sampling")
         return " · ".join(parts)
+
+    def _on_stats_loaded(self, stats: dict | None) -> None:
+        if stats is not None:
+            self.by_day.set_daily(stats.get("daily"))
 
     def _on_view_range_changed_manually(self, _mask: object) -> None:
         self._follow = False  # the user zoomed or panned: leave the axis where they put it

@@ -6,7 +6,9 @@ The shapes follow what a node records (`Node._round_figures` and the swarm's `st
 reward rising slowly with noise, three tasks taking turns, about half the groups from peers,
 the swarm's counters with an occasional rejection, curriculum levels that rise now and then,
 a held-out evaluation every 20 rounds (issue 11's `eval/*` keys) and the CPU time of each
-round. The store also gets a few peers' receipts, and its rounds end now.
+round. The store's rounds end now and lie over the last days like a volunteer's week (sessions of a few
+hours, short pauses, nights and a day off: the dashboard's "by day" plot has something to show),
+with one peer's receipt per round.
 """
 
 from __future__ import annotations
@@ -70,22 +72,51 @@ def demo_rows(n: int, seed: int = 0, swarm: bool = True) -> Iterator[tuple[int, 
         yield r, demo_metrics(r, rng, swarm)
 
 
+# (hours running, hours paused before that), from now backwards: sessions of a few hours with short
+# pauses, nights off, and a whole day off; repeated for long histories
+DEMO_WEEK = ((2.0, 0.6), (1.5, 17.0), (2.5, 0.4), (1.2, 1.5), (1.0, 21.0), (3.0, 0.25), (0.8, 44.0), (2.2, 0.8),
+             (1.6, 22.0), (2.4, 0.5), (1.0, 20.0))
+
+
+def demo_spans(durations: list[float], end: float, seed: int = 0) -> list[tuple[float, float]]:
+    """(started, ended) of rounds of the given durations laid out like a volunteer's week
+    (`DEMO_WEEK`, each length give or take 15 %), the last round ending at `end`."""
+    rng = random.Random(seed + 1)  # not the figures' generator: the rounds' figures stay as they were
+    spans: list[tuple[float, float]] = []
+    t, k = end, 0
+    running_left = DEMO_WEEK[0][0] * 3600
+    for d in reversed(durations):
+        if running_left <= 0:  # the session began here: before it, a pause
+            t -= DEMO_WEEK[k % len(DEMO_WEEK)][1] * 3600 * rng.uniform(0.85, 1.15)
+            k += 1
+            running_left = DEMO_WEEK[k % len(DEMO_WEEK)][0] * 3600 * rng.uniform(0.85, 1.15)
+        spans.append((t - d, t))
+        wait = rng.uniform(3.0, 8.0)  # saving, the schedule's check, the next round's set-up
+        t -= d + wait
+        running_left -= d + wait
+    return spans[::-1]
+
+
 def write_demo_store(run_dir: Path, n: int, seed: int = 0) -> Path:
-    """A run store holding n made-up rounds (what the node would have written)."""
+    """A run store holding n made-up rounds (what the node would have written), the last ending now,
+    spread over days like a volunteer's week (`DEMO_WEEK`), and one peer's receipt per round."""
     path = run_dir / STORE_NAME
     RunStore(path).close()  # the schema, as the node creates it
+    rows = list(demo_rows(n, seed))
+    end = time.time()
+    spans = demo_spans([m["time/round"] for _, m in rows], end, seed)
     # RunStore.record_round commits (and fsyncs) each row: 10,000 of them take minutes. One transaction
     # over the same table takes a fraction of a second.
     db = sqlite3.connect(path)
-    end = time.time()
     try:
         with db:
             db.executemany("INSERT OR REPLACE INTO rounds (round, started, ended, metrics) VALUES (?, ?, ?, ?)",
-                           ((r, end - 100 * (n - r + 1), end - 100 * (n - r + 1) + m["time/round"],
-                             json.dumps(m, sort_keys=True)) for r, m in demo_rows(n, seed)))
+                           ((r, started, ended, json.dumps(m, sort_keys=True))
+                            for (r, m), (started, ended) in zip(rows, spans)))
+            # a receipt naming round r comes with a peer's next record, seen at the end of our next round
             db.executemany("INSERT OR IGNORE INTO receipts (peer, our_round, grp, seen_round, seen) VALUES "
-                           "(?, ?, ?, ?, ?)", ((f"peer-{i % 7}", max(1, n - i // 2), i % 2, n, end - 50 * i)
-                                               for i in range(min(n, 60))))
+                           "(?, ?, ?, ?, ?)", ((f"peer-{i % 7}", n - i, i % 2, min(n, n - i + 1),
+                                                spans[min(n, n - i + 1) - 1][1]) for i in range(min(n, 2000))))
     finally:
         db.close()
     return path
@@ -119,4 +150,5 @@ def demo_node_events(rounds: int) -> list[P.Message]:
     return out
 
 
-__all__ = ["demo_try_result", "demo_rows", "demo_metrics", "write_demo_store", "demo_node_events", "TASKS", "DEMO_PEERS"]
+__all__ = ["DEMO_WEEK", "demo_spans", "demo_try_result", "demo_rows", "demo_metrics", "write_demo_store",
+           "demo_node_events", "TASKS", "DEMO_PEERS"]

@@ -135,6 +135,15 @@ class RunStore:
                 ys.append(float(v))
         return xs, ys
 
+    def spans(self, since: float = 0.0, keys: tuple[str, ...] = ()) -> list[tuple[float, float, tuple[float, ...]]]:
+        """(started, ended, figures) of the rounds that ended at or after `since`, in round order: `keys`'
+        figures, 0.0 where a round lacks one (only those are read: no JSON decoding of whole rows)."""
+        cols = "".join(", json_extract(metrics, ?)" for _ in keys)
+        q = f"SELECT started, ended{cols} FROM rounds WHERE ended >= ? ORDER BY round"
+        paths = tuple(f'$."{k}"' for k in keys)
+        return [(float(r[0]), float(r[1]), tuple(float(v or 0.0) for v in r[2:]))
+                for r in self._db.execute(q, (*paths, since))]
+
     def keys(self) -> list[str]:
         seen: set[str] = set()
         for (m,) in self._db.execute("SELECT metrics FROM rounds ORDER BY round DESC LIMIT 50"):
@@ -143,17 +152,18 @@ class RunStore:
 
 
     # --- receipts ---------------------------------------------------------------------------
-    def record_receipts(self, round: int, receipts: list[tuple[str, int, int]]) -> int:
+    def record_receipts(self, round: int, receipts: list[tuple[str, int, int]], seen: float | None = None) -> int:
         """Keep the receipts found in `round`'s gather: (receipting peer id, our round named, group
-        index). A triple seen again is kept once (its first sighting). Malformed entries are
-        skipped: they come from peers. Returns how many were new."""
+        index), seen at `seen` (default now). A triple seen again is kept once (its first sighting).
+        Malformed entries are skipped: they come from peers. Returns how many were new."""
+        seen = time.time() if seen is None else seen
         rows = []
         for item in receipts:
             try:
                 peer, our_round, grp = item
                 if not isinstance(peer, str) or not peer or len(peer) > 200:
                     continue
-                rows.append((peer, int(our_round), int(grp), int(round), time.time()))
+                rows.append((peer, int(our_round), int(grp), int(round), seen))
             except (TypeError, ValueError):
                 continue
         with self._db:
@@ -194,8 +204,10 @@ def start_of_today(now: float | None = None) -> float:
 
 
 def start_of_week(now: float | None = None) -> float:
-    """Midnight (local time) at the start of the last 7 days, today included."""
-    return start_of_today(now) - 6 * 86400
+    """Midnight (local time) at the start of the last 7 days, today included (calendar days: a
+    daylight-saving change makes the week an hour shorter or longer)."""
+    d = dt.datetime.fromtimestamp(time.time() if now is None else now).date() - dt.timedelta(days=6)
+    return dt.datetime.combine(d, dt.time()).timestamp()
 
 
 def contribution_totals(store: RunStore, until_round: int | None = None, now: float | None = None) -> dict[str, float]:
@@ -238,8 +250,7 @@ def daily_activity(store: RunStore, days: int = 7, now: float | None = None) -> 
     """(start, end, cpu seconds) of each round in the last `days` days, for bars on a clock axis:
     the gaps between them are the pauses."""
     since = start_of_today(now) - (days - 1) * 86400
-    q = "SELECT started, ended, json_extract(metrics, '$.\"cpu/seconds\"') FROM rounds WHERE ended >= ? ORDER BY round"
-    return [(float(s), float(e), float(c or 0.0)) for s, e, c in store._db.execute(q, (since,))]
+    return [(s, e, f[0]) for s, e, f in store.spans(since, ("cpu/seconds",))]
 
 
 def receipt_totals(store: RunStore, since: float = 0.0, ignored: Iterable[str] = ()) -> dict[str, int]:

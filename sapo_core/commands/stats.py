@@ -1,6 +1,7 @@
 """`sapo-node stats`: what this node gave (CPU-hours, rounds, completions, groups published, time
 running today and this week) and what came back (peers' receipts naming our groups, held-out
-quality). Reads the run store only: instant, and safe while the node runs."""
+quality), and the same by day for the last two weeks with the running intervals (sapo_core/daily.py).
+Reads the run store only: instant, and safe while the node runs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sapo_core import paths
+from sapo_core.daily import contribution_by_day, day_table
 from sapo_core.store import (STORE_NAME, RunStore, StoreError, contribution_totals, held_out_summary, receipt_totals,
                              start_of_week)
 
@@ -28,7 +30,8 @@ def gather_stats(store: RunStore, now: float | None = None) -> dict[str, Any]:
     return {"contribution": contribution_totals(store, now=now),
             "receipts_week": receipt_totals(store, since=start_of_week(now)),
             "receipts_total": receipt_totals(store),
-            "held_out": None if held is None else {**held.__dict__, "sentence": held.sentence()}}
+            "held_out": None if held is None else {**held.__dict__, "sentence": held.sentence()},
+            "daily": contribution_by_day(store, now=now)}
 
 
 def _hours(seconds: float) -> str:
@@ -51,7 +54,7 @@ def lines(s: dict[str, Any]) -> list[str]:
     else:
         out.append("no peer has reported training on your groups yet")
     out.append(s["held_out"]["sentence"] if s["held_out"] else "held-out: no evaluation yet")
-    return out
+    return [*out, "", *day_table(s["daily"])]
 
 
 def main(args: argparse.Namespace) -> int:
