@@ -90,7 +90,8 @@ def cells(grid) -> set[tuple[int, int]]:
 def test_grid_cells_are_the_slots_the_schedule_allows():
     g = grid_of("mon-fri 18:00-08:00; sat-sun 00:00-24:00")
     assert len(g) == 7 and all(len(row) == 24 for row in g)
-    assert cells(g) == ({(0, h) for h in range(18, 24)} | {(d, h) for d in range(1, 5) for h in (*range(8), *range(18, 24))}
+    evenings_and_mornings = {(d, h) for d in range(1, 5) for h in (*range(8), *range(18, 24))}
+    assert cells(g) == ({(0, h) for h in range(18, 24)} | evenings_and_mornings
                         | {(5, h) for h in range(24)} | {(6, h) for h in range(24)})
     assert grid_of("sun 22:00-02:00") == grid_of("sun 22:00-24:00; mon 00:00-02:00")  # wraps into Monday
     assert cells(grid_of("")) == {(d, h) for d in range(7) for h in range(24)}  # empty: any time
