@@ -201,7 +201,6 @@ class ShareSettings(QWidget):
         self.schedule_edit.setAccessibleName("Schedule as text")
         self.schedule_edit.textChanged.connect(self._on_schedule_edit_text_changed)
         self.schedule_grid = ScheduleGrid()
-        self.schedule_grid.setToolTip("Drag to paint the hours the node may run; a drag from a painted hour erases")
         self.schedule_grid.grid_edited.connect(self._on_schedule_grid_edited)
         self.schedule_error = QLabel(wordWrap=True, visible=False)
         self.schedule_error.setObjectName("errorText")

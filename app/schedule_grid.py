@@ -11,6 +11,8 @@ node follows (`ShareSettings` in app/controls.py keeps the two in step).
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from PySide6.QtCore import QEvent, QPoint, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QAccessible, QAccessibleEvent, QColor, QKeyEvent, QMouseEvent, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
@@ -91,11 +93,13 @@ class ScheduleGrid(QWidget):
                       self._row_h())
 
     def _cell_at(self, pos: QPoint, clamp: bool = False) -> tuple[int, int] | None:
-        hour = int((pos.x() - self._label_w()) // self._cell_w())
+        hour = bisect_right([self._x(h) for h in range(1, HOURS)], pos.x())  # the edges as painted
+        if not self._label_w() <= pos.x() < self._x(HOURS):
+            hour = -1 if pos.x() < self._label_w() else HOURS
         day = (pos.y() - self._header_h()) // self._row_h()
         if clamp:
             return min(max(day, 0), 6), min(max(hour, 0), HOURS - 1)
-        return (day, hour) if 0 <= day < 7 and 0 <= hour < HOURS and pos.x() >= self._label_w() else None
+        return (day, hour) if 0 <= day < 7 and 0 <= hour < HOURS else None
 
     # --- painting -------------------------------------------------------------------------------
     def paintEvent(self, _event) -> None:
