@@ -20,7 +20,8 @@ from PySide6.QtWidgets import (QMenu, QCheckBox, QDoubleSpinBox, QFormLayout, QF
 
 from sapo_core.config import ConfigError, ControlConfig, field_help
 from sapo_core.control import protocol as P
-from sapo_core.control.schedule import ScheduleError, fits_grid, grid_text, parse_schedule, schedule_grid
+from sapo_core.control.schedule import (Schedule, ScheduleError, SlotGrid, fits_grid, grid_text, parse_schedule,
+                                        schedule_grid)
 
 from app.models import NodeStatus
 from app.schedule_grid import HOURS, ScheduleGrid
@@ -282,7 +283,7 @@ class ShareSettings(QWidget):
             w.blockSignals(False)
         self.rules_error.clear()
 
-    def _show_schedule(self, schedule) -> None:
+    def _show_schedule(self, schedule: Schedule) -> None:
         """Draw the grid from a parsed schedule and clear the schedule's error."""
         self._grid_empty = False
         self.schedule_grid.set_grid(schedule_grid(schedule, HOURS))
@@ -311,7 +312,7 @@ class ShareSettings(QWidget):
             return
         self._show_schedule(schedule)
 
-    def _on_schedule_grid_edited(self, grid) -> None:
+    def _on_schedule_grid_edited(self, grid: SlotGrid) -> None:
         try:
             text = grid_text(grid)
         except ScheduleError as e:
