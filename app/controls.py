@@ -4,7 +4,9 @@
 first start, the model's download: MB, per cent, time left, on the same line and bar), and
 the buttons that change it: Pause now, Pause after this round, Resume, Snooze 1 h, Start.
 `ShareSettings` holds what the volunteer gives: the CPU share (throttle), threads, and the
-power rules of `ControlConfig` (battery, idle, schedule, temperature, free memory).
+power rules of `ControlConfig` (battery, idle, schedule, temperature, free memory). The
+schedule is a text field and a weekly grid (app/schedule_grid.py) kept in step both ways:
+painting rewrites the text, valid text redraws the grid, invalid text says why and leaves it.
 Both only emit requests; the window sends them to the node and saves them.
 """
 
@@ -19,8 +21,11 @@ from PySide6.QtWidgets import (QMenu, QCheckBox, QDoubleSpinBox, QFormLayout, QF
 
 from sapo_core.config import ConfigError, ControlConfig, field_help
 from sapo_core.control import protocol as P
+from sapo_core.control.schedule import (Schedule, ScheduleError, SlotGrid, fits_grid, grid_text, parse_schedule,
+                                        schedule_grid)
 
 from app.models import NodeStatus
+from app.schedule_grid import HOURS, ScheduleGrid
 
 SNOOZE_SECONDS = 3600.0
 SNOOZE_CHOICES = (("15 minutes", 900.0), ("1 hour", 3600.0), ("3 hours", 3 * 3600.0), ("8 hours", 8 * 3600.0))
@@ -173,6 +178,8 @@ class ShareSettings(QWidget):
         helps = field_help(ControlConfig)
         self.control = ControlConfig()
         self.threads = 0
+        self._grid_empty = False  # painted empty: no text says "never", so Apply refuses
+        self._writing_schedule = False  # the grid is rewriting the text: no redraw back
 
         share = QGroupBox("Share of this computer")
         form = QFormLayout(share)
@@ -200,6 +207,13 @@ class ShareSettings(QWidget):
                                            toolTip=helps["idle_minutes"])
         self.schedule_edit = QLineEdit(placeholderText="any time, e.g. mon-fri 18:00-08:00; sat-sun 00:00-24:00",
                                        toolTip=helps["schedule"])
+        self.schedule_edit.setAccessibleName("Schedule as text")
+        self.schedule_edit.textChanged.connect(self._on_schedule_edit_text_changed)
+        self.schedule_grid = ScheduleGrid()
+        self.schedule_grid.grid_edited.connect(self._on_schedule_grid_edited)
+        self.schedule_error = QLabel(wordWrap=True, visible=False)
+        self.schedule_error.setObjectName("errorText")
+        self.schedule_note = QLabel(wordWrap=True)
         self.temperature_spin = QDoubleSpinBox(minimum=0, maximum=120, decimals=0, suffix=" °C",
                                                specialValueText="no limit", toolTip=helps["max_temperature_c"])
         self.memory_spin = QDoubleSpinBox(minimum=0, maximum=1024, decimals=1, singleStep=0.5, suffix=" GB",
@@ -212,7 +226,11 @@ class ShareSettings(QWidget):
         idle.addWidget(self.idle_minutes)
         idle.addStretch(1)
         form.addRow(idle)
-        form.addRow("Schedule:", self.schedule_edit)
+        schedule = QVBoxLayout()
+        schedule.setSpacing(4)
+        for w in (self.schedule_edit, self.schedule_grid, self.schedule_error, self.schedule_note):
+            schedule.addWidget(w)
+        form.addRow("Schedule:", schedule)
         form.addRow("Pause above CPU temperature:", self.temperature_spin)
         form.addRow("Pause when free memory is below:", self.memory_spin)
         self.rules_error = QLabel(wordWrap=True)
@@ -266,11 +284,57 @@ class ShareSettings(QWidget):
         self.idle_check.setChecked(control.only_when_idle)
         self.idle_minutes.setValue(control.idle_minutes)
         self.schedule_edit.setText(control.schedule)
+        self._show_schedule(parse_schedule(control.schedule))  # ControlConfig checked it
         self.temperature_spin.setValue(control.max_temperature_c)
         self.memory_spin.setValue(control.min_free_memory_gb)
         for w in widgets:
             w.blockSignals(False)
         self.rules_error.clear()
+
+    def _show_schedule(self, schedule: Schedule) -> None:
+        """Draw the grid from a parsed schedule and clear the schedule's error."""
+        self._grid_empty = False
+        self.schedule_grid.set_grid(schedule_grid(schedule, HOURS))
+        self._set_schedule_error("")
+        self._set_schedule_note(fits_grid(schedule, HOURS))
+
+    def _set_schedule_error(self, text: str) -> None:
+        self.schedule_error.setText(text)
+        self.schedule_error.setVisible(bool(text))
+
+    def _set_schedule_note(self, fits: bool) -> None:
+        from app.theme import status_colours
+
+        note = ("Drag across the grid to paint the hours the node may run; start on a painted hour to clear instead."
+                if fits else "The text has minutes off the hour: the grid shows the hours they touch, and "
+                             "painting rounds them to whole hours.")
+        self.schedule_note.setText(f"<span style='color:{status_colours()['muted']}'>{note}</span>")
+
+    def _on_schedule_edit_text_changed(self, text: str) -> None:
+        if self._writing_schedule:
+            return
+        try:
+            schedule = parse_schedule(text.strip())
+        except ScheduleError as e:
+            self._set_schedule_error(str(e))  # the grid keeps what it showed
+            return
+        self._show_schedule(schedule)
+
+    def _on_schedule_grid_edited(self, grid: SlotGrid) -> None:
+        try:
+            text = grid_text(grid)
+        except ScheduleError as e:
+            self._grid_empty = True
+            self._set_schedule_error(str(e)[:1].upper() + str(e)[1:])
+            return
+        self._grid_empty = False
+        self._writing_schedule = True
+        try:
+            self.schedule_edit.setText(text)
+        finally:
+            self._writing_schedule = False
+        self._set_schedule_error("")
+        self._set_schedule_note(True)
 
     def _on_autostart_box_toggled(self, on: bool) -> None:
         from app import autostart
@@ -286,6 +350,8 @@ class ShareSettings(QWidget):
 
     def edited_control(self) -> ControlConfig:
         """The rules as the widgets show them; ConfigError says which one is wrong."""
+        if self._grid_empty:
+            raise ConfigError(f"control.schedule: {self.schedule_error.text()}")
         return dataclasses.replace(
             self.control, throttle=self.throttle_slider.value() / 100, pause_on_battery=self.battery_check.isChecked(),
             only_when_idle=self.idle_check.isChecked(), idle_minutes=self.idle_minutes.value(),

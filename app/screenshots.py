@@ -11,6 +11,7 @@ with `--demo`, made-up rounds from app/demo.py, and the window title then says "
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 SCAN_TIMEOUT_S = 180.0
+DEMO_SCHEDULE = "mon-fri 18:00-08:00; sat-sun 00:00-24:00"
 
 
 def _wait(app, done, timeout: float) -> bool:
@@ -97,6 +99,9 @@ def _window_shots(app, out: Path, suffix: str, size: tuple[int, int], use_demo: 
             for ev in demo_node_events(window.history.last_round):
                 bridge._on_relay(ev)  # the GUI-thread entry real events take
             window.try_view.show_result(demo_try_result())
+            # the Settings tab's weekly grid with a schedule in it (shown, not applied or saved)
+            window.share.set_control(dataclasses.replace(window.share.control, schedule=DEMO_SCHEDULE),
+                                     window.share.threads)
         window.setWindowTitle(window.windowTitle() + (" (demo data)" if use_demo else f" ({cfg.run_dir})"))
         if use_demo:  # said inside the picture too: a grab has no title bar
             window.statusBar().showMessage("Demo data for these screenshots: made-up rounds (app/demo.py), "
