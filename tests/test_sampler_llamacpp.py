@@ -166,6 +166,30 @@ def test_many_sequences_get_a_cache_each_and_still_agree(small):
     assert sampler.status()["kv_unified"] is True
 
 
+def test_shared_prefix_picks_the_longest_and_leaves_the_last_token():
+    from sapo_core.sampler.llamacpp_engine import shared_prefix
+
+    assert shared_prefix([], [1, 2, 3]) == (-1, 0)
+    assert shared_prefix([[1, 2, 9], [1, 2, 3, 4], [7]], [1, 2, 3, 5]) == (1, 3)
+    assert shared_prefix([[1, 2, 3]], [1, 2, 3]) == (0, 2)  # the same prompt: its last token is decoded again
+    assert shared_prefix([[1, 2, 3, 4, 5]], [1, 2]) == (0, 1)
+    assert shared_prefix([[5, 6]], [1, 2]) == (-1, 0)
+
+
+def test_prompts_sharing_a_template_take_its_cells_and_still_agree(small):
+    """The part prompts share (chat template, one-shot example) is decoded once and copied."""
+    policy, sampler = small
+    head = [1, 520, 9531, 198, 2683, 359, 253, 4093, 198, 1780, 314]
+    prompts = [head + [216, 34], head + [31, 216, 35, 198], head[:6] + [88, 99]]
+    params = SamplingParams(n=3, max_new_tokens=8, temperature=0.8)
+    before = sampler.stats["shared_prompt_tokens"]
+    groups = sampler.sample(prompts, [3, 4, 5], params, NullHooks())
+    assert sampler.stats["shared_prompt_tokens"] - before == len(head) + 6
+    ours = [s.logprobs for g in groups for s in g]
+    theirs = [lp for p, g in zip(prompts, groups) for lp in trainer_logprobs(policy, p, [s.token_ids for s in g], 0.8)]
+    assert logprob_drift(ours, theirs) < 0.01  # copied cells are the right ones at the right positions
+
+
 def test_threads_setting_reaches_the_context(small):
     _, sampler = small
     sampler.set_threads(1)

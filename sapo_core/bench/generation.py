@@ -129,13 +129,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         sampler.sample(prompts[:1], [99], SamplingParams(n=2, max_new_tokens=4), NullHooks())  # warm-up
         steps_before, prefill_before = sampler.stats["steps"], sampler.stats["prefill_seconds"]
+        prompt_before, shared_before = sampler.stats["prompt_tokens"], sampler.stats["shared_prompt_tokens"]
         groups, n, dt = _timed_sample(sampler, prompts, seeds, params)
         rows["ours (llama.cpp, batched)"] = (n, dt)
         steps = sampler.stats["steps"] - steps_before
         prefill = sampler.stats["prefill_seconds"] - prefill_before
         rtt = measure_round_trip(sampler.worker)
+        shared = sampler.stats["shared_prompt_tokens"] - shared_before
         print(f"ours: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s (prompts and first tokens {prefill:.1f}s, "
-              f"{steps} decode steps {dt - prefill:.1f}s)", flush=True)
+              f"{shared} of {sampler.stats['prompt_tokens'] - prompt_before} prompt tokens taken from an earlier "
+              f"prompt's cache; {steps} decode steps {dt - prefill:.1f}s)", flush=True)
         ours_lp, hf_lp = [], []
         for prompt, grp in zip(prompts, groups):
             ours_lp += [s.logprobs for s in grp]

@@ -105,7 +105,8 @@ class LlamaCppSampler:
         self.synced_version: int | None = None
         self.adapter_path: Path | None = None
         self.last_sync_seconds = 0.0
-        self.stats = {"calls": 0, "steps": 0, "tokens": 0, "seconds": 0.0, "prefill_seconds": 0.0}
+        self.stats = {"calls": 0, "steps": 0, "tokens": 0, "seconds": 0.0, "prefill_seconds": 0.0,
+                      "prompt_tokens": 0, "shared_prompt_tokens": 0}
 
     # --- construction -----------------------------------------------------------------
     @classmethod
@@ -202,11 +203,14 @@ class LlamaCppSampler:
     def _sample_chunk(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams,
                       stop: list[int], hooks: RoundHooks, total: int) -> list[list[SampledSequence]]:
         t0 = time.perf_counter()
-        live = self._worker.call(
+        started = self._worker.call(
             "start", prompts=[[int(t) for t in p] for p in prompts], seeds=[int(s) for s in seeds], n=params.n,
             max_new_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-            stop_ids=stop)["live"]
+            stop_ids=stop)
+        live = started["live"]
         self.stats["prefill_seconds"] += time.perf_counter() - t0
+        self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
+        self.stats["shared_prompt_tokens"] += int(started.get("shared_tokens", 0))
         done = 0
         try:
             while live:

@@ -7,7 +7,9 @@ high-level `Llama` ignores `n_seq_max`):
 - one context with `n_seq_max` sequences; up to 32 of them share a unified KV cache
   (`kv_unified`), where `llama_memory_seq_cp` shares a prompt's cells with its G sequences
   instead of copying them; more get a cache each (see `_UNIFIED_MAX_SEQS`);
-- each prompt is decoded once, on the first sequence of its group, then shared;
+- each prompt is decoded once, on the first sequence of its group, then shared; the part it
+  shares with an earlier prompt of the call (chat template, the task's one-shot example) is not
+  decoded again but taken from that prompt's cells;
 - every step decodes one token for every live sequence of every question in one batch;
 - tokens are drawn in numpy from the logits (`sampling.sample_rows`), one generator per
   sequence, so log-probs are exact and a sequence depends only on its seed.
@@ -43,6 +45,20 @@ _UNIFIED_MAX_SEQS = 32
 def _log_warnings_only(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     if level in (3, 4):  # GGML_LOG_LEVEL_WARN, _ERROR (ggml.h); loading chatter stays out of the tail
         sys.stderr.write(text.decode("utf-8", "replace"))
+
+
+def shared_prefix(earlier: list[list[int]], prompt: list[int]) -> tuple[int, int]:
+    """(index of the earlier prompt, tokens) sharing the longest prefix with `prompt`; at most
+    all but its last token, whose logits the first draw needs. (-1, 0) when none is shared."""
+    best, src = 0, -1
+    for r, other in enumerate(earlier):
+        n = min(len(other), len(prompt) - 1)
+        a, b = np.asarray(other[:n]), np.asarray(prompt[:n])
+        differ = np.flatnonzero(a != b)
+        common = int(differ[0]) if len(differ) else n
+        if common > best:
+            best, src = common, r
+    return src, best
 
 
 @dataclass
@@ -89,6 +105,7 @@ class Engine:
         self.adapter_path: str | None = None
         self.adapter_scale = 1.0
         self.seqs: list[_Seq] = []
+        self.shared_tokens = 0  # prompt tokens the last start took from an earlier prompt's cells
         self.params: dict[str, Any] = {}
 
     # --- model, context, adapter -----------------------------------------------------
@@ -253,9 +270,17 @@ class Engine:
                        "stop": set(stop_ids), "n_prompts": len(prompts)}
         self.seqs = []
         first = np.empty((n_seqs, self.n_vocab), dtype=np.float32)
+        self.shared_tokens = 0
         for q, (prompt, seed) in enumerate(zip(prompts, seeds)):
             base = q * n
-            for start in range(0, len(prompt), _PREFILL_CHUNK):
+            # the chat template and the task's example open many prompts alike: take those cells
+            # from an earlier prompt of this call (same weights, so the same keys and values)
+            # (one shared cache only: llama.cpp copies between separate caches only whole sequences)
+            src, done = shared_prefix(prompts[:q], prompt) if self.kv_unified else (-1, 0)
+            if done:
+                L.llama_memory_seq_cp(mem, src * n, base, 0, done)
+                self.shared_tokens += done
+            for start in range(done, len(prompt), _PREFILL_CHUNK):
                 chunk = prompt[start : start + _PREFILL_CHUNK]
                 last = start + len(chunk) == len(prompt)
                 self._decode([(t, start + i, base, last and i == len(chunk) - 1) for i, t in enumerate(chunk)])
@@ -265,7 +290,7 @@ class Engine:
                     L.llama_memory_seq_cp(mem, base, base + j, -1, -1)
                 self.seqs.append(_Seq(base + j, q, sequence_rng(sequence_seed(seed, j)), len(prompt)))
         self._accept(self.seqs, first)
-        return {"live": sum(s.active for s in self.seqs)}
+        return {"live": sum(s.active for s in self.seqs), "shared_tokens": self.shared_tokens}
 
     def _accept(self, seqs: list[_Seq], logits: np.ndarray) -> None:
         p = self.params
