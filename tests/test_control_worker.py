@@ -5,6 +5,7 @@ embedded tokenizer, the transformers sampler, real training) keeps rounds short;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -243,6 +244,27 @@ def test_a_pause_suspends_the_llamacpp_sampler_at_once_and_resume_lets_it_go_on(
         assert client.stop(timeout=120) == P.EXIT_OK
 
 
+# 24 MiB: three of the hub client's 10 MiB reads
+DOWNLOAD_PAYLOAD = b"GGUF" + bytes(range(256)) * (24 * 2**20 // 256)
+
+
+@contextlib.contextmanager
+def _node_downloading(env, tmp_path, entry, trickle_seconds: float):
+    """A node started on catalogue `entry`, which a loopback hub (tests/fakehub.py) serves at its
+    repo, commit and file name, as DOWNLOAD_PAYLOAD over `trickle_seconds`."""
+    from sapo_core.modelfiles import _PROXY_VARS
+
+    from fakehub import FakeHub
+
+    with FakeHub(DOWNLOAD_PAYLOAD, repo=entry.repo, revision=entry.revision, filename=entry.filename,
+                 trickle_seconds=trickle_seconds) as hub:
+        node_env = {k: v for k, v in env.items() if k not in _PROXY_VARS}
+        node_env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        client = NodeClient(env=node_env)
+        client.start(tiny(tmp_path / "run", **{"model.name": entry.id}))
+        yield client
+
+
 @pytest.mark.slow
 def test_first_start_reports_the_model_download_then_falls_back_and_starts(env, tmp_path):
     """A catalogue model not downloaded yet, from a loopback hub (tests/fakehub.py) at the
@@ -252,18 +274,10 @@ def test_first_start_reports_the_model_download_then_falls_back_and_starts(env, 
     stand-in (not the catalogue's size): verification refuses it, deletes it, says so, and the
     node starts with the embedded model, as a failed download does today."""
     from sapo_core.catalog import load_catalogue
-    from sapo_core.modelfiles import _PROXY_VARS
-
-    from fakehub import FakeHub
 
     entry, embedded = load_catalogue().get("smollm2-360m-instruct"), load_catalogue().embedded
-    payload = b"GGUF" + bytes(range(256)) * (24 * 2**20 // 256)  # 24 MiB: three of the client's 10 MiB reads
-    with FakeHub(payload, repo=entry.repo, revision=entry.revision, filename=entry.filename,
-                 trickle_seconds=2.0) as hub:
-        node_env = {k: v for k, v in env.items() if k not in _PROXY_VARS}
-        node_env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
-        client = NodeClient(env=node_env)
-        client.start(tiny(tmp_path / "run", **{"model.name": entry.id}))
+    payload = DOWNLOAD_PAYLOAD
+    with _node_downloading(env, tmp_path, entry, trickle_seconds=2.0) as client:
         try:
             seen: list[P.Message] = []
             client.wait_for(lambda e: seen.append(e) or isinstance(e, P.NodeInfo), 900)
@@ -296,18 +310,10 @@ def test_a_stop_during_the_model_download_ends_it_cleanly(env, tmp_path):
     """Stop asked while the model downloads: the node leaves at the download's next read (it does
     not wait it out, nor get terminated), says it stopped, and keeps no partial file."""
     from sapo_core.catalog import load_catalogue
-    from sapo_core.modelfiles import _PROXY_VARS
-
-    from fakehub import FakeHub
 
     entry = load_catalogue().get("smollm2-360m-instruct")
-    payload = b"GGUF" + bytes(range(256)) * (24 * 2**20 // 256)
-    with FakeHub(payload, repo=entry.repo, revision=entry.revision, filename=entry.filename,
-                 trickle_seconds=12.0) as hub:
-        node_env = {k: v for k, v in env.items() if k not in _PROXY_VARS}
-        node_env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
-        client = NodeClient(env=node_env)
-        client.start(tiny(tmp_path / "run", **{"model.name": entry.id}))
+    payload = DOWNLOAD_PAYLOAD
+    with _node_downloading(env, tmp_path, entry, trickle_seconds=12.0) as client:
         try:
             client.wait_for(lambda e: isinstance(e, P.Progress) and e.phase == "download", START)
         finally:
