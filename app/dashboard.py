@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, 
 from app import theme
 from app.cards import HeadlineCards, SteadyLabel
 from app.daily_plot import BARS_MIN_PX, STRIP_PX, ContributionByDay
-from app.models import PHASE_GROUPS, RoundHistory
+from app.models import PHASE_GROUPS, RoundHistory, ScreenBins
 
 PALETTE = theme.OKABE_ITO  # the light palette's curve colours (theme.curve_colours() for the current one)
 # the plots in reading order; "peers" is left out while the node trains alone
@@ -36,9 +36,6 @@ PLOT_ORDER = ("reward", "heldout", "accuracy", "peers", "speed", "time", "cumula
 WIDE_FROM_PX = 1150  # three columns of plots from this width, two below (a 1000 x 640 window)
 PLOT_ROW_MIN_PX = 190
 REFRESH_DELAY_MS = 100
-# pyqtgraph draws ~5 samples per pixel by default; with 'peak' (min and max of each bin) one bin
-# per pixel looks the same and costs a fifth (sapo-bench gui)
-SAMPLES_PER_PIXEL = 1.0
 # Qt's raster engine draws lines wider than 1 px segment by segment: with thousands of rounds that
 # costs more than everything else in a redraw (sapo-bench gui), so long histories get 1 px lines
 THICK_LINES_UP_TO = 2000
@@ -46,11 +43,12 @@ THICK_LINES_UP_TO = 2000
 DOTS_UP_TO = 40
 
 
-def axis_end(last_round: int) -> float:
+def axis_end(last_round: float, least: float = 10.0) -> float:
     """Right end of the round axis: the last round plus about 10 %, rounded up to two significant
     digits, so that a new round moves the axis (and makes every axis redraw its ticks) only
-    now and then: every round below 20, every 1,000 rounds around 10,000."""
-    target = max(10.0, last_round * 1.1)
+    now and then: every round below 20, every 1,000 rounds around 10,000. Also the top of the
+    cumulative reward's axis (`least` 1), which grows every round too."""
+    target = max(least, last_round * 1.1)
     step = 10.0 ** max(0, math.floor(math.log10(target)) - 1)
     return math.ceil(target / step) * step
 
@@ -92,6 +90,13 @@ class DashboardView(QWidget):
         self._legends: dict[str, list[tuple[str, str]]] = {}  # plot -> (name, colour) under its title
         self._widths: dict[str, float] = {}  # each curve's line width while the history is short
         self._thin = False
+        self.own_bins = True
+        self._refreshing = False
+        self._now: dict[str, tuple[float, float, int]] = {}  # plot -> its view, during a refresh
+        self._plot_of: dict[str, str] = {}  # curve -> its plot
+        self._bins: dict[str, ScreenBins] = {}  # curve -> its data binned for the screen
+        self._given: dict[str, int] = {}  # curve -> points of the data given (before binning)
+        self._binned_for: tuple | None = None  # (first round, last round, pixels) of each plot at the last refresh
         self._follow = True  # the round axis shows every round until the user zooms or pans
         self._timer = QTimer(self, singleShot=True, interval=REFRESH_DELAY_MS)
         self._timer.timeout.connect(self.refresh)
@@ -119,7 +124,8 @@ class DashboardView(QWidget):
 
         self.graphics = pg.GraphicsLayoutWidget()
         self.plots: dict[str, pg.PlotItem] = {}
-        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.curves: dict[str, pg.PlotCurveItem] = {}
+        self._dots: dict[str, pg.ScatterPlotItem] = {}  # curve -> its points as dots, while it has few
         self.markers: dict[str, pg.PlotDataItem] = {}
         self._build_plots()
         self.by_day = ContributionByDay()  # its own time axis: linked to none of the round plots
@@ -140,8 +146,8 @@ class DashboardView(QWidget):
         p = pg.PlotItem()
         self._titles[key] = title
         p.setLabel("left", y_label)
-        p.setDownsampling(auto=True, mode="peak")
-        p.setClipToView(True)
+        p.getViewBox().sigResized.connect(self._on_view_changed)  # another width: other bins
+        p.getViewBox().sigXRangeChanged.connect(self._on_view_changed)  # zoomed or panned: bin what shows
         p.showGrid(x=True, y=True, alpha=0.25)
         p.setLabel("bottom", "round")
         p.setMenuEnabled(False)
@@ -152,20 +158,51 @@ class DashboardView(QWidget):
         self.plots[key] = p
         return p
 
-    def _curve(self, plot_key: str, key: str, pen: pg.QtGui.QPen, name: str | None = None) -> pg.PlotDataItem:
+    def _curve(self, plot_key: str, key: str, pen: pg.QtGui.QPen, name: str | None = None) -> pg.PlotCurveItem:
         self._widths[key] = pen.widthF()
-        c = self.plots[plot_key].plot(pen=pen, skipFiniteCheck=True)  # the history holds finite numbers only
-        # each round's raw figure keeps its spikes ('peak': min and max of each pixel's rounds); the
-        # rolling means are smooth, and the mean of each pixel's rounds draws them with half the
-        # vertices (a redraw at 10,000 rounds: -2 ms CPU, most of it in the stacked fills)
-        c.setDownsampling(auto=True, method="peak" if key.endswith("/raw") else "mean")
-        c.opts["autoDownsampleFactor"] = SAMPLES_PER_PIXEL  # no setter for it in pyqtgraph 0.13/0.14
-        c.setClipToView(True)
+        # a bare curve item, not pyqtgraph's PlotDataItem: the curves get data already binned for the
+        # screen (`_show`), and PlotDataItem's bookkeeping around each setData cost more than the
+        # curve's own (sapo-bench gui); dots for short histories are a scatter item of their own
+        c = pg.PlotCurveItem(pen=pen, skipFiniteCheck=True)  # the history holds finite numbers only
+        self.plots[plot_key].addItem(c)
         self.curves[key] = c
+        self._plot_of[key] = plot_key
+        self._bins[key] = ScreenBins(peak=key.endswith("/raw"))
         if name:
             self._legends.setdefault(plot_key, []).append((name, pen.color().name()))
             self._set_title(plot_key)
         return c
+
+    def set_own_bins(self, own: bool) -> None:
+        """Bin long histories for the screen (the default: each raw figure's smallest and largest
+        value per pixel, keeping its spikes; the mean per pixel of a smooth rolling mean) or hand
+        the curves every round (sapo-bench gui's comparison)."""
+        self.own_bins = own
+        self._binned_for = None
+        self.refresh()
+
+    def _view(self, plot_key: str) -> tuple[float, float, int]:
+        """(first round, last round, pixels) the plot shows."""
+        vb = self.plots[plot_key].getViewBox()
+        (x0, x1), _ = vb.viewRange()
+        pixels = int(vb.width())
+        return x0, x1, pixels if pixels >= 2 else 1000  # not laid out yet: a guess, binned again once it is
+
+    def _show(self, key: str, x: np.ndarray, y: np.ndarray) -> None:
+        """Give curve `key` the data (x, y), binned for the plot's pixels (unless `own_bins` is off)."""
+        self._given[key] = len(x)
+        if self.own_bins:
+            x0, x1, pixels = self._now[self._plot_of[key]]
+            x, y = self._bins[key](x, y, x0, x1, pixels, (self.window, self.history.generation))
+        self.curves[key].setData(x, y)
+
+    def _on_view_changed(self, *_args: object) -> None:
+        """A plot was zoomed, panned or resized: bin again for what it shows now (once per burst)."""
+        if self.own_bins and not self._refreshing and self._binned_for != self._views():
+            self.schedule_refresh()
+
+    def _views(self) -> tuple:
+        return tuple(self._view(k) for k in self._visible)
 
     def _set_title(self, plot_key: str) -> None:
         """The title, with the legend under it: a legend box inside the plot would hide data."""
@@ -297,59 +334,81 @@ class DashboardView(QWidget):
             self._timer.start()
 
     def refresh(self) -> None:
+        self._refreshing = True
+        try:
+            self._refresh()
+        finally:
+            self._refreshing = False
+        self.refreshed.emit(self.history.rounds)
+
+    def _refresh(self) -> None:
         h, w = self.history, self.window
-        self.curves["reward/raw"].setData(*h.get("reward/mean"))
+        self.arrange()
+        self._follow_rounds()  # the round axis first: the curves are binned for it
+        self._now = {k: self._view(k) for k in self.plots}
         x, rolling = h.rolling("reward/mean", w)
-        self.curves["reward/rolling"].setData(x, rolling)
-        self.curves["cumulative"].setData(*h.cumulative("reward/sum" if "reward/sum" in h.series else "reward/mean"))
+        self._show("reward/raw", *h.get("reward/mean"))
+        self._show("reward/rolling", x, rolling)
+        x, total = h.cumulative("reward/sum" if "reward/sum" in h.series else "reward/mean")
+        self._show("cumulative", x, total)
+        if self._follow and len(total):  # it grows every round: step its axis as the round axis steps
+            top = axis_end(float(total.max()), least=1.0)
+            vb = self.plots["cumulative"].getViewBox()
+            if vb.viewRange()[1] != [0.0, top]:
+                vb.enableAutoRange(y=False)
+                vb.setYRange(0, top, padding=0)
         for key, figure in (("heldout/now", "eval/solve_rate"), ("heldout/base", "eval/solve_rate_base")):
             x, y = h.get(figure)
-            if self.points(key) != len(x):  # evaluations are every N rounds: skip the rounds between
-                self.curves[key].setData(x, y)
-        self.arrange()
+            if self.points(key) != len(x) or self._binned_for != tuple(self._now[k] for k in self._visible):
+                self._show(key, x, y)  # evaluations are every N rounds: skip the rounds between
         self._mark_curriculum()
         self.cards.refresh()
         for task in h.keys_under("accuracy/", skip=("mean",)):
-            self._task_curve(task[len("accuracy/"):]).setData(*h.rolling(task, w))
-        self.curves["peers/raw"].setData(*h.get("groups/external_share"))
-        self.curves["peers/rolling"].setData(*h.rolling("groups/external_share", w))
-        self.curves["speed/sample"].setData(*h.rolling("sampler/tok_per_s", w))
-        self.curves["speed/train"].setData(*h.rolling("train/tok_per_s", w))
+            self._task_curve(task[len("accuracy/"):])
+            self._show(task, *h.rolling(task, w))
+        self._show("peers/raw", *h.get("groups/external_share"))
+        self._show("peers/rolling", *h.rolling("groups/external_share", w))
+        self._show("speed/sample", *h.rolling("sampler/tok_per_s", w))
+        self._show("speed/train", *h.rolling("train/tok_per_s", w))
         x, bands = h.stacked(PHASE_GROUPS, w)
         below = None
         for (name, _), band in zip(PHASE_GROUPS, bands):
-            curve = self.curves[f"time/{name}"]
-            curve.setData(x, band)
+            self._show(f"time/{name}", x, band)
             # a band this node never has (sharing, alone) stays out of the legend's way
-            curve.setVisible(below is None or bool(len(band)) and not np.array_equal(band, below))
+            self.curves[f"time/{name}"].setVisible(below is None or bool(len(band)) and not np.array_equal(band, below))
             below = band
+        self._binned_for = tuple(self._now[k] for k in self._visible)
         for key, curve in self.curves.items():
-            dots = curve.xData is not None and 0 < len(curve.xData) <= DOTS_UP_TO and not key.endswith("/raw") \
+            dots = 0 < self.points(key) <= DOTS_UP_TO and not key.endswith("/raw") \
                 and not key.startswith("time/") and key != "heldout/base"
-            if dots != (curve.opts["symbol"] is not None):
-                pen = curve.opts["pen"]
-                curve.setSymbol("o" if dots else None)
-                if dots:
-                    curve.setSymbolSize(5)
-                    curve.setSymbolPen(pen)
-                    curve.setSymbolBrush(pg.mkPen(pen).color())
+            if dots:
+                d = self._dots.get(key)
+                if d is None:
+                    pen = curve.opts["pen"]
+                    d = self._dots[key] = pg.ScatterPlotItem(size=5, pen=pen, brush=pg.mkPen(pen).color())
+                    self.plots[self._plot_of[key]].addItem(d)
+                d.setData(curve.xData, curve.yData)
+            elif key in self._dots:
+                self.plots[self._plot_of[key]].removeItem(self._dots.pop(key))
         if (h.rounds > THICK_LINES_UP_TO) != self._thin:
             self._thin = not self._thin
             for key, curve in self.curves.items():
                 pen = pg.mkPen(curve.opts["pen"])
                 pen.setWidthF(1.0 if self._thin else self._widths[key])
                 curve.setPen(pen)
+        self.summary.setText(self.summary_text(rolling[-1] if len(rolling) else None))
+
+    def _follow_rounds(self) -> None:
+        """Show every round on the round axis, unless the user zoomed or panned."""
         first = next(iter(self.plots.values()))
         if self._follow or any(p.getViewBox().autoRangeEnabled()[0] for p in self.plots.values()):
             # following again after the plot's "A" button; keep the axis still between its steps
             self._follow = True
-            end = axis_end(h.last_round)
+            end = axis_end(self.history.last_round)
             if first.getViewBox().viewRange()[0] != [0.0, end]:
                 for p in self.plots.values():
                     p.enableAutoRange(x=False)
                 first.setXRange(0, end, padding=0)
-        self.summary.setText(self.summary_text(rolling[-1] if len(rolling) else None))
-        self.refreshed.emit(h.rounds)
 
     def summary_text(self, rolling: float | None = None) -> str:
         h = self.history
@@ -380,8 +439,7 @@ class DashboardView(QWidget):
 
     def points(self, key: str) -> int:
         """Points a curve holds (tests: the plot gained one when a round ended)."""
-        x = self.curves[key].xData  # the data as given, before clipping and downsampling
-        return 0 if x is None else len(x)
+        return self._given.get(key, 0)  # the data as given, before binning
 
     def set_window(self, rounds: int) -> None:
         self.window = max(1, int(rounds))

@@ -148,6 +148,8 @@ class Series:
         self._x = np.empty(capacity, dtype=np.float64)
         self._y = np.empty(capacity, dtype=np.float64)
         self.n = 0
+        self._sums = np.zeros(1)  # running sums of y, [0] = 0, as far as `_summed` points
+        self._summed = 0
 
     def append(self, x: float, y: float) -> None:
         if self.n == len(self._x):
@@ -170,6 +172,19 @@ class Series:
     def x(self) -> np.ndarray:
         return self._x[:self.n]
 
+    def sums(self) -> np.ndarray:
+        """[0, y0, y0 + y1, ...]: n + 1 running sums, only the new points added since the last call.
+        The same additions in the same order as one np.cumsum of all of y, so the same floats."""
+        if self._summed != self.n:
+            if len(self._sums) < self.n + 1:
+                grown = np.empty(max(self.n + 1, 2 * len(self._sums)))
+                grown[:self._summed + 1] = self._sums[:self._summed + 1]
+                self._sums = grown
+            k = self._summed
+            self._sums[k:self.n + 1] = np.cumsum(np.concatenate(([self._sums[k]], self._y[k:self.n])))
+            self._summed = self.n
+        return self._sums[:self.n + 1]
+
     @property
     def y(self) -> np.ndarray:
         return self._y[:self.n]
@@ -178,19 +193,107 @@ class Series:
         return self.n
 
 
-def rolling_mean(y: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the last `window` values at each point (of all so far, before the window is full)."""
+def rolling_mean(y: np.ndarray, window: int, sums: np.ndarray | None = None) -> np.ndarray:
+    """Mean of the last `window` values at each point (of all so far, before the window is full).
+    `sums`: y's running sums if known ([0, y0, y0 + y1, ...], `Series.sums`)."""
     n = len(y)
     if n == 0:
         return np.empty(0)
     w = max(1, min(window, n))
-    c = np.empty(n + 1)
-    c[0] = 0.0
-    np.cumsum(y, out=c[1:])
+    if sums is None:
+        c = np.empty(n + 1)
+        c[0] = 0.0
+        np.cumsum(y, out=c[1:])
+    else:
+        c = sums
     out = np.empty(n)
     out[:w] = c[1:w + 1] / np.arange(1, w + 1)
     out[w:] = (c[w + 1:] - c[1:n - w + 1]) / w
     return out
+
+
+def bin_for_screen(x: np.ndarray, y: np.ndarray, x0: float, x1: float, bins: int,
+                   peak: bool, force: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """What a curve of (x, y) needs on a plot showing rounds [x0, x1] across `bins` pixels.
+
+    x ascending. The points inside the range plus one on each side (a line runs to the edge);
+    when they are more than the pixels can show, one bin per pixel instead: its smallest and
+    largest value (`peak`, spikes stay visible) or its mean at its mean x (a smooth curve). Bins
+    sit on a grid fixed by x0, x1 and `bins`, so a new round changes only the last bin; where a
+    point falls never depends on how many came before it. `force`: bin even a few points (a
+    tail of a longer curve, `ScreenBins`)."""
+    n = len(x)
+    if n == 0 or bins < 1 or not x1 > x0:
+        return x, y
+    lo = max(0, int(np.searchsorted(x, x0, "left")) - 1)
+    hi = min(n, int(np.searchsorted(x, x1, "right")) + 1)
+    xs, ys = x[lo:hi], y[lo:hi]
+    if len(xs) <= (2 * bins if peak else bins) and not force:
+        return xs, ys
+    idx = np.floor((xs - x0) * (bins / (x1 - x0))).astype(np.int64)
+    starts = np.flatnonzero(np.diff(idx, prepend=idx[0] - 1))
+    if peak:
+        low, high = np.minimum.reduceat(ys, starts), np.maximum.reduceat(ys, starts)
+        at = x0 + (idx[starts] + 0.5) * ((x1 - x0) / bins)  # the pixel's middle, both values there
+        return np.repeat(at, 2), np.column_stack([low, high]).ravel()
+    counts = np.diff(np.append(starts, len(xs)))
+    return np.add.reduceat(xs, starts) / counts, np.add.reduceat(ys, starts) / counts
+
+
+class ScreenBins:
+    """`bin_for_screen` for one curve, again after each new round, binning only the new tail.
+
+    While the view (x0, x1, pixels) and `token` stay the same and the data only grew, the points
+    before the last bin are as they were (a history only gains rounds; a rolling mean or a running
+    sum of a longer history starts the same), so their bins are kept and only the last bin and the
+    points after it are binned again. Whoever changes earlier values (another rolling window,
+    another run) changes `token`."""
+
+    def __init__(self, peak: bool) -> None:
+        self.peak = peak
+        self._key: tuple | None = None
+        self._n = 0
+        self._tail = 0  # index of the first point of the last bin (its bin is redone next time)
+        self._head: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))  # the bins before it
+
+    def __call__(self, x: np.ndarray, y: np.ndarray, x0: float, x1: float, bins: int,
+                 token: object = None) -> tuple[np.ndarray, np.ndarray]:
+        key = (x0, x1, bins, token)
+        n = len(x)
+        per = 2 * bins if self.peak else bins
+        grows = key == self._key and n >= self._n and self._tail > 0
+        self._key, self._n = key, n
+        # incremental only for what it is for: a long history in full view (nothing beyond x1,
+        # so the bins hold every point from the first bin on)
+        if n <= per or not x1 > x0 or x[-1] > x1 or x[0] < x0:
+            self._tail = 0
+            return bin_for_screen(x, y, x0, x1, bins, self.peak)
+        if not grows:
+            self._head = (np.empty(0), np.empty(0))
+            self._tail = 0
+        scale = bins / (x1 - x0)
+        hx, hy = self._head
+        tx, ty = x[self._tail:], y[self._tail:]
+        if self._tail and np.floor((tx[-1] - x0) * scale) == np.floor((tx[0] - x0) * scale):
+            # the usual case: the new points fall in the last bin, redone alone (a few calls, not ~15)
+            if self.peak:
+                at = x0 + (np.floor((tx[0] - x0) * scale) + 0.5) / scale
+                out = np.append(hx, (at, at)), np.append(hy, (ty.min(), ty.max()))
+            else:
+                # the same reduction as bin_for_screen's, so the same floats as binning everything
+                out = (np.append(hx, np.add.reduceat(tx, [0]) / len(tx)),
+                       np.append(hy, np.add.reduceat(ty, [0]) / len(ty)))
+            self._head = out[0][:len(hx)], out[1][:len(hy)]
+            return out
+        bx, by = bin_for_screen(tx, ty, x0, x1, bins, self.peak, force=True)
+        out = np.concatenate([hx, bx]), np.concatenate([hy, by])
+        # keep all but the last bin: its first point is where the next call starts (found with the
+        # same arithmetic as the binning's, not a boundary of its own that rounds differently)
+        idx = np.floor((x[self._tail:] - x0) * (bins / (x1 - x0)))
+        self._tail += int(np.searchsorted(idx, idx[-1], "left"))
+        keep = len(out[0]) - (2 if self.peak else 1)
+        self._head = out[0][:keep], out[1][:keep]
+        return out
 
 
 class RoundHistory:
@@ -201,6 +304,7 @@ class RoundHistory:
 
     def clear(self) -> None:
         """Forget every round (another run is shown now)."""
+        self.generation = getattr(self, "generation", -1) + 1  # what was drawn from the old rounds is stale
         self.series: dict[str, Series] = {}
         self.last_round = 0
         self.rounds = 0
@@ -244,12 +348,16 @@ class RoundHistory:
         return (s.x, s.y) if s is not None else (np.empty(0), np.empty(0))
 
     def rolling(self, key: str, window: int) -> tuple[np.ndarray, np.ndarray]:
-        x, y = self.get(key)
-        return x, rolling_mean(y, window)
+        s = self.series.get(key)
+        if s is None:
+            return np.empty(0), np.empty(0)
+        return s.x, rolling_mean(s.y, window, s.sums())
 
     def cumulative(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        x, y = self.get(key)
-        return x, np.cumsum(y)
+        s = self.series.get(key)
+        if s is None:
+            return np.empty(0), np.empty(0)
+        return s.x, s.sums()[1:]
 
     def stacked(self, groups: tuple[tuple[str, tuple[str, ...]], ...], window: int,
                 prefix: str = "time/") -> tuple[np.ndarray, list[np.ndarray]]:
@@ -375,5 +483,5 @@ class SwarmModel:
         return self.join_address or (self.visible_maddrs[0] if self.visible_maddrs else "")
 
 
-__all__ = ["NodeStatus", "Series", "RoundHistory", "SwarmModel", "rolling_mean", "PHASE_GROUPS", "rejection_words",
-           "PHASE_WORDS", "STATE_WORDS", "TIME_PHASES", "SWARM_TOTALS"]
+__all__ = ["NodeStatus", "Series", "RoundHistory", "SwarmModel", "rolling_mean", "bin_for_screen", "ScreenBins",
+           "PHASE_GROUPS", "rejection_words", "PHASE_WORDS", "STATE_WORDS", "TIME_PHASES", "SWARM_TOTALS"]

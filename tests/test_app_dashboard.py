@@ -115,6 +115,56 @@ def test_two_columns_below_1150_px_and_peers_hidden_while_alone(qtbot):
     assert "peers" not in alone._visible and not alone.plots["peers"].isVisible()
 
 
+def test_long_histories_are_binned_for_the_pixels_and_again_when_zoomed(qtbot):
+    from app.dashboard import DashboardView
+
+    h = _history(5000)
+    view = DashboardView(h)
+    qtbot.addWidget(view)
+    view.resize(1300, 800)
+    view.show()
+    qtbot.waitUntil(lambda: view.plots["reward"].getViewBox().width() > 100)
+    view.refresh()
+    vb = view.plots["reward"].getViewBox()
+    pixels = int(vb.width())
+    raw, rolling = view.curves["reward/raw"], view.curves["reward/rolling"]
+    assert view.points("reward/raw") == 5000  # what it was given
+    assert len(raw.xData) <= 2 * pixels + 2 and len(rolling.xData) <= pixels + 2  # what it draws
+    _, y = h.get("reward/mean")
+    assert raw.yData.max() == y.max() and raw.yData.min() == y.min()  # peaks kept: no spike lost
+    # the cumulative reward's axis steps like the round axis instead of moving every round
+    top = view.plots["cumulative"].getViewBox().viewRange()[1]
+    total = h.cumulative("reward/sum")[1][-1]
+    assert top[0] == 0 and total <= top[1] <= 1.2 * total
+    # zoomed into 100 rounds: every round there is drawn, plus one on either side
+    vb.sigRangeChangedManually.emit([True, False])  # as a mouse wheel says it
+    vb.setXRange(2000, 2100, padding=0)
+    qtbot.waitUntil(lambda: raw.xData is not None and len(raw.xData) < 200, timeout=3000)
+    assert raw.xData[0] == 1999 and raw.xData[-1] == 2101
+    # and a new round changes only the end of a long curve
+    vb.enableAutoRange(x=True)  # the "A" button: follow every round again
+    h.add(5001, demo_metrics(5001, random.Random(1)))
+    view.refresh()
+    before = view.curves["reward/rolling"].yData.copy()
+    h.add(5002, demo_metrics(5002, random.Random(2)))
+    view.refresh()  # the round axis stays at 5,600 (it steps every 100 rounds here)
+    after = view.curves["reward/rolling"].yData
+    assert len(after) >= len(before) - 1 and np.array_equal(after[:len(before) - 1], before[:-1])
+
+
+def test_short_histories_get_dots_that_go_when_the_history_grows(qtbot):
+    from app.dashboard import DOTS_UP_TO, DashboardView
+
+    h = _history(3)
+    view = DashboardView(h)
+    qtbot.addWidget(view)
+    dots = view._dots["reward/rolling"]
+    assert dots.data["x"].tolist() == [1, 2, 3] and "reward/raw" not in view._dots
+    h.add_many((r, demo_metrics(r, random.Random(r))) for r in range(4, DOTS_UP_TO + 2))
+    view.refresh()
+    assert "reward/rolling" not in view._dots and dots.scene() is None
+
+
 def test_curriculum_changes_are_marked(qtbot):
     from app.dashboard import DashboardView, curriculum_changes
 

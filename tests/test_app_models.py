@@ -15,7 +15,8 @@ from sapo_core.hardware import HardwareProfile
 from app.hardware_scan import HardwareReport
 from app.main import display_available
 from app.eventlog import EventLog, readable_error
-from app.models import PHASE_GROUPS, NodeStatus, RoundHistory, Series, SwarmModel, rejection_words, rolling_mean
+from app.models import (PHASE_GROUPS, NodeStatus, RoundHistory, ScreenBins, Series, SwarmModel, bin_for_screen,
+                        rejection_words, rolling_mean)
 from app.wizard import ALONE, HOST, JOIN, SetupChoices, address_problem, apply_choices, choices_from_config
 
 PEER = "/ip4/203.0.113.5/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
@@ -38,6 +39,54 @@ def test_series_grows_past_its_capacity_and_keeps_order():
         s.append(i, 10 * i)
     s.extend([5, 6], [50, 60])
     assert s.x.tolist() == [0, 1, 2, 3, 4, 5, 6] and s.y.tolist() == [0, 10, 20, 30, 40, 50, 60]
+
+
+def test_running_sums_grow_with_the_series_and_equal_one_cumsum_exactly():
+    rng = np.random.default_rng(1)
+    s = Series(4)
+    ys = rng.normal(size=300)
+    for i, y in enumerate(ys):
+        s.append(float(i), float(y))
+        if i % 37 == 0:
+            s.sums()  # summed in pieces: 1, 37, ... points at a time
+    assert np.array_equal(s.sums(), np.concatenate([[0.0], np.cumsum(ys)]))  # the same floats, not close ones
+    h = RoundHistory()
+    h.add_many((r, {"a": float(v)}) for r, v in enumerate(ys, start=1))
+    assert np.array_equal(h.rolling("a", 7)[1], rolling_mean(ys, 7))
+    assert np.array_equal(h.cumulative("a")[1], np.cumsum(ys))
+
+
+def test_binning_for_the_screen_by_hand():
+    x = np.arange(1.0, 9.0)  # rounds 1..8 on an axis 0..8 of 2 pixels: bins [0, 4) and [4, 8]
+    y = np.array([1.0, 5.0, 2.0, 3.0, 0.0, 9.0, 4.0, 4.0])
+    px, py = bin_for_screen(x, y, 0.0, 8.0, 2, peak=True)
+    # at each bin's middle; round 8, on the right edge, is a bin of its own just past it
+    assert px.tolist() == [2.0, 2.0, 6.0, 6.0, 10.0, 10.0]
+    assert py.tolist() == [1.0, 5.0, 0.0, 9.0, 4.0, 4.0]  # smallest and largest: the spike at 9 stays
+    mx, my = bin_for_screen(x, y, 0.0, 8.0, 2, peak=False)
+    assert mx.tolist() == [2.0, 5.5, 8.0] and my.tolist() == pytest.approx([8 / 3, 4.0, 4.0])
+    # few points: as they are; a zoomed view: the points inside plus one either side
+    assert bin_for_screen(x, y, 0.0, 8.0, 100, peak=True)[0].tolist() == x.tolist()
+    assert bin_for_screen(x, y, 3.0, 5.0, 100, peak=False)[0].tolist() == [2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("peak", [True, False])
+def test_screen_bins_after_each_round_equal_binning_everything_again(peak):
+    rng = np.random.default_rng(2)
+    x, y = np.arange(1.0, 3001.0), rng.normal(size=3000)
+    bins = ScreenBins(peak)
+    for n in list(range(700, 1400)) + list(range(1400, 3001, 13)):
+        got = bins(x[:n], y[:n], 0.0, 3300.0, 150, token=1)
+        want = bin_for_screen(x[:n], y[:n], 0.0, 3300.0, 150, peak)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), n
+    # another view or token starts again; a shorter history (another run) too
+    assert np.array_equal(bins(x, y, 0.0, 3000.0, 99, token=1)[1], bin_for_screen(x, y, 0.0, 3000.0, 99, peak)[1])
+    changed = y.copy()
+    changed[:10] = 50.0
+    assert np.array_equal(bins(x, changed, 0.0, 3000.0, 99, token=2)[1],
+                          bin_for_screen(x, changed, 0.0, 3000.0, 99, peak)[1])
+    assert np.array_equal(bins(x[:900], y[:900], 0.0, 3000.0, 99, token=2)[1],
+                          bin_for_screen(x[:900], y[:900], 0.0, 3000.0, 99, peak)[1])
 
 
 def test_history_ignores_old_rounds_and_non_numbers():
