@@ -193,6 +193,43 @@ def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int
     return rows
 
 
+def _run_in_processes(args: argparse.Namespace, out: Path, units: list[tuple[int, int, int]], title: str,
+                      labels: list[str]) -> list[dict]:
+    """Each (seed, configuration) run in a process of its own, `args.jobs` at a time. Runs share
+    nothing but the base model's cached evaluation (written atomically) and identity files, which
+    only sharing configurations read; two runs of one seed at once would race to create them, so
+    they are created here first. Spawned, not forked: the children load torch themselves."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    from sapo_core.swarm.identity import load_or_create_identity
+
+    for seed, _, external in units:
+        if external:
+            for i in range(args.nodes):
+                load_or_create_identity(Path(node_config(args, out, seed, "x", i, 1, 1, None).swarm.identity_path))
+    rows: list[dict] = []
+    failed = []
+    with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(run_configuration, args, out, *unit): unit for unit in units}
+        for future in cf.as_completed(futures):
+            seed, local, external = futures[future]
+            try:
+                rows += future.result()
+            except Exception as e:  # one failed run must not lose the others' rows
+                failed.append(f"seed {seed} {local}/{external}: {type(e).__name__}: {e}")
+                print(f"sapo-experiment: seed {seed} {local}/{external} failed: {e}", file=sys.stderr, flush=True)
+            write_outputs(_ordered(rows, labels), out, title, labels)
+    if failed:
+        raise SystemExit("sapo-experiment: runs failed (the others' rows are in experiment.csv): " + "; ".join(failed))
+    return _ordered(rows, labels)
+
+
+def _ordered(rows: list[dict], labels: list[str]) -> list[dict]:
+    """The rows in the order one process writes them: seed, configuration, round, node."""
+    return sorted(rows, key=lambda r: (r["seed"], labels.index(r["config"]), r["round"], r["node"]))
+
+
 # --- the measure ----------------------------------------------------------------------------------
 
 
@@ -307,14 +344,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-questions", type=int, default=16, help="held-out questions per dataset")
     p.add_argument("--eval-samples", type=int, default=2, help="completions per held-out question")
     p.add_argument("--window-seconds", type=float, default=60.0, help="swarm.window_seconds")
+    p.add_argument("--jobs", type=int, default=1, help="(seed, configuration) runs at once, each in its own process "
+                   "(on 2 cores: --jobs 2 --threads 1, one run per core)")
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--out", default="", help="output directory (default: experiment-<time> here)")
+    p.add_argument("--from-csv", nargs="+", default=[], metavar="CSV",
+                   help="run nothing: the summary, plot and CSV of the rows in these experiment.csv files together "
+                        "(seeds run at different times or on other machines, with the same settings)")
     return p
+
+
+def read_rows(paths: list[str]) -> tuple[list[dict], str]:
+    """The rows of experiment.csv files, numbers as numbers; a row of a later file replaces the same
+    (seed, configuration, node, round) of an earlier one. Also the first file's title (summary.txt
+    beside it), which says the settings."""
+    rows: dict[tuple, dict] = {}
+    title = ""
+    for name in paths:
+        path = Path(name)
+        try:
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                if reader.fieldnames is None or set(CSV_FIELDS) - set(reader.fieldnames):
+                    raise SystemExit(f"sapo-experiment: {path} is not an experiment.csv (columns: {reader.fieldnames})")
+                for r in reader:
+                    row = {k: r[k] for k in CSV_FIELDS}
+                    for k in ("seed", "node", "round"):
+                        row[k] = int(row[k])
+                    for k in CSV_FIELDS[4:]:
+                        row[k] = float(row[k]) if row[k] != "" else ""
+                    rows[(row["seed"], row["config"], row["node"], row["round"])] = row
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"sapo-experiment: cannot read {path}: {e}") from None
+        summary = path.with_name("summary.txt")
+        if not title and summary.is_file():
+            title = next(iter(summary.read_text().splitlines()), "")
+    return list(rows.values()), title
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configs = parse_configs(args.configs)
+    if args.from_csv:
+        rows, title = read_rows(args.from_csv)
+        out = Path(args.out or f"experiment-merged-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        present = {r["config"] for r in rows}
+        labels = [f"{i}/{j}" for i, j in configs if f"{i}/{j}" in present]
+        seeds = sorted({r["seed"] for r in rows})
+        title = f"{title or 'SAPO experiment'} (seeds {', '.join(map(str, seeds))} from {len(args.from_csv)} file(s))"
+        for line in write_outputs(_ordered(rows, labels), out, title, labels):
+            print(line)
+        return 0
     if len({i + j for i, j in configs}) != 1:
         print("sapo-experiment: warning: the configurations do not all train on the same number of groups "
               "per update (I + J), so they are not the paper's comparison", file=sys.stderr)
@@ -330,10 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     print(title, f"-> {out}", flush=True)
     rows: list[dict] = []
     started = time.time()
-    for seed in range(args.seed, args.seed + args.seeds):
-        for local, external in configs:
+    seeds = range(args.seed, args.seed + args.seeds)
+    units = [(seed, local, external) for seed in seeds for local, external in configs]
+    if args.jobs <= 1:
+        for seed, local, external in units:
             rows += run_configuration(args, out, seed, local, external)
             write_outputs(rows, out, title, labels)  # keep what is done if a later run fails
+    else:
+        rows = _run_in_processes(args, out, units, title, labels)
     lines = write_outputs(rows, out, title, labels)
     print(f"done in {(time.time() - started) / 60:.1f} min; {out / 'experiment.csv'}, {out / 'experiment.png'}")
     for line in lines:

@@ -83,3 +83,39 @@ def test_a_dry_run_of_two_seeds_end_to_end(tmp_path, data_dir):
     assert all(r["eval_solve_rate"] != "" for r in rows)
     assert "1/1 - 1/0" in (out / "summary.txt").read_text()
     assert (out / "experiment.png").is_file()
+
+
+@pytest.mark.network
+def test_runs_in_parallel_processes_write_the_same_rows(tmp_path, data_dir):
+    """--jobs 2: each (seed, configuration) in a spawned process of its own; the rows come back in
+    the order one process writes them, the sharing run's identities made before the runs start."""
+    out = tmp_path / "out"
+    assert main(["--model", "tiny-random", "--nodes", "2", "--seeds", "1", "--rounds", "2", "--configs", "1/0,1/1",
+                 "--eval-every", "2", "--eval-questions", "1", "--eval-samples", "1", "--group-size", "2",
+                 "--max-new-tokens", "4", "--threads", "1", "--jobs", "2", "--out", str(out)]) == 0
+    with open(out / "experiment.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["config"], r["round"], r["node"]) for r in rows] == [
+        (c, str(r), str(n)) for c in ("1/0", "1/1") for r in (1, 2) for n in (0, 1)]
+    assert sorted(p.name for p in (out / "identities").iterdir()) == ["seed0-node0.key", "seed0-node1.key"]
+    assert "1/1 - 1/0" in (out / "summary.txt").read_text()
+
+
+def test_rows_of_several_files_are_summarised_together(tmp_path):
+    """Seeds run at different times: --from-csv merges their rows (a later file's row replaces the
+    same seed, configuration, node and round) and summarises them as one run would."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    write_outputs(ROWS[:7], a, "title a", ["2/0", "1/1"])  # seed 0
+    write_outputs(ROWS[5:], b, "title b", ["2/0", "1/1"])  # seeds 1 and 2, and two of seed 0's rows again
+    out = tmp_path / "merged"
+    assert main(["--from-csv", str(a / "experiment.csv"), str(b / "experiment.csv"), "--out", str(out)]) == 0
+    with open(out / "experiment.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(ROWS)
+    summary = (out / "summary.txt").read_text()
+    assert summary.startswith("title a (seeds 0, 1, 2 from 2 file(s))")
+    assert "1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds" in summary
+    (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
+    with pytest.raises(SystemExit, match="not an experiment.csv"):
+        main(["--from-csv", str(tmp_path / "bad.csv"), "--out", str(out)])
