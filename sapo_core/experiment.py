@@ -267,6 +267,19 @@ def difference(rows: list[dict], isolated: str, sharing: str) -> tuple[list[floa
     return diffs, (mean_ci(diffs) if diffs else (math.nan, math.nan, math.nan))
 
 
+def training_difference(rows: list[dict], isolated: str, sharing: str) -> tuple[list[float], tuple[float, float, float]]:
+    """The paper's kind of measure beside the held-out one: per seed, the mean over nodes and rounds
+    of the training solve rate of the node's own questions, sharing - isolated; over seeds, its
+    mean and 95 % t-interval. Each node's curriculum sets how hard its questions are, so a node that
+    climbs faster can show less here while learning more (the held-out set does not move)."""
+    per: dict[tuple[int, str], list[float]] = {}
+    for r in rows:
+        per.setdefault((int(r["seed"]), r["config"]), []).append(float(r["solve_rate"]))
+    seeds = sorted({s for s, c in per if c == isolated} & {s for s, c in per if c == sharing})
+    diffs = [statistics.fmean(per[(s, sharing)]) - statistics.fmean(per[(s, isolated)]) for s in seeds]
+    return diffs, (mean_ci(diffs) if diffs else (math.nan, math.nan, math.nan))
+
+
 def write_outputs(rows: list[dict], out: Path, title: str, configs: list[str]) -> list[str]:
     with open(out / "experiment.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
@@ -289,6 +302,11 @@ def write_outputs(rows: list[dict], out: Path, title: str, configs: list[str]) -
             if diffs:
                 lines.append(f"{c} - {configs[0]}: {m:+.3f} (95% CI {lo:+.3f}..{hi:+.3f}) over {len(diffs)} seeds; "
                              f"per seed " + ", ".join(f"{d:+.3f}" for d in diffs))
+            train, (m, lo, hi) = training_difference(rows, configs[0], c)
+            if train:
+                lines.append(f"  training solve rate over all rounds (own questions, each node's curriculum), "
+                             f"{c} - {configs[0]}: {m:+.3f} (95% CI {lo:+.3f}..{hi:+.3f}); per seed "
+                             + ", ".join(f"{d:+.3f}" for d in train))
     (out / "summary.txt").write_text(title + "\n" + "\n".join(lines) + "\n")
     _plot(rows, out / "experiment.png", title, configs)
     return lines

@@ -9,7 +9,8 @@ import csv
 import pytest
 
 from sapo_core.experiment import (
-    CSV_FIELDS, build_parser, difference, final_solve_rates, main, mean_ci, node_config, parse_configs, write_outputs,
+    CSV_FIELDS, build_parser, difference, final_solve_rates, main, mean_ci, node_config, parse_configs,
+    training_difference, write_outputs,
 )
 
 
@@ -48,13 +49,22 @@ def test_difference_per_seed_and_its_t_interval_by_hand():
     assert mean_ci([0.25]) == (0.25, 0.25, 0.25)
 
 
+def test_training_solve_rate_difference_by_hand():
+    rows = [dict(_row(0, "2/0", n, r), solve_rate=v) for n, r, v in ((0, 1, 0.0), (0, 2, 0.5), (1, 1, 0.25))]
+    rows += [dict(_row(0, "1/1", 0, r), solve_rate=v) for r, v in ((1, 0.5), (2, 0.5))]
+    rows += [dict(_row(1, "2/0", 0, 1), solve_rate=0.5), dict(_row(1, "1/1", 0, 1), solve_rate=0.25)]
+    diffs, (m, lo, hi) = training_difference(rows, "2/0", "1/1")
+    assert diffs == pytest.approx([0.5 - 0.25, 0.25 - 0.5]) and m == pytest.approx(0.0) and lo < 0 < hi
+
+
 def test_outputs(tmp_path):
     lines = write_outputs(ROWS, tmp_path, "title", ["2/0", "1/1"])
     with open(tmp_path / "experiment.csv") as f:
         read = list(csv.DictReader(f))
     assert list(read[0]) == list(CSV_FIELDS) and len(read) == len(ROWS)
     assert (tmp_path / "experiment.png").stat().st_size > 1000
-    assert lines[-1].startswith("1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds")
+    assert any(line.startswith("1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds") for line in lines)
+    assert lines[-1].startswith("  training solve rate over all rounds")
     assert (tmp_path / "summary.txt").read_text().startswith("title\n")
 
 
