@@ -177,6 +177,38 @@ def test_values_a_broken_storage_node_could_return_never_raise_in_the_source(wor
     assert victim._verify_peer_record_guarded(entry, {tag: (payload, now)})  # the well-typed one passes
 
 
+def test_records_announced_without_signal_cost_no_strike_and_promised_ones_do(world):
+    """Most rounds of a small model have no group with signal; its record still carries receipts.
+    Such a record, announced as holding no signal, is read without a strike (before: half a
+    strike each, and sharing nodes of sapo-experiment ignored each other); one whose entry
+    promised signal and that holds none is still `no_signal`, a light strike."""
+    from sapo_core.rollouts import Completion, Group
+    from sapo_core.swarm.records import IndexEntry, fit_record
+
+    victim, honest = world["victim"], world["honest"]
+    now, w = _now_window(victim)
+    tasks = TaskSet(TaskConfig(), seed=77)
+    flat = [Group(q, [Completion(t) for t in ("Answer: -98765", "The answer is -98765")], round=5)
+            for q in tasks.sample_questions(5, 2)]
+    fitted = fit_record(SWARM, w, honest.node_id, 5, flat)
+    assert fitted.signal_groups == 0
+    values = {_own_tag(honest): (fitted.payload, now)}
+    rep = victim.reputation
+    before = (rep._strikes.get(honest.node_id, 0.0), rep.is_trusted(honest.node_id))
+    for _ in range(8):  # 8 half strikes would have put it on ignore (3 strikes)
+        entry = IndexEntry(SWARM, w, 0, honest.node_id, 5, len(flat), 0, len(fitted.payload))
+        assert victim._verify_peer_record_guarded(entry, values) == []
+    assert (rep._strikes.get(honest.node_id, 0.0), rep.is_trusted(honest.node_id)) == before
+    assert not rep.is_ignored(honest.node_id)
+    assert victim._figures["records_without_signal"] >= 8 and rep.rejections[honest.node_id]["zero_advantage"] >= 16
+    attacker = world["attacker"]
+    lying = fit_record(SWARM, w, attacker.node_id, 5, flat)
+    promised = IndexEntry(SWARM, w, 0, attacker.node_id, 5, len(flat), 2, len(lying.payload))
+    no_signal = victim._figures["rejected/no_signal"]
+    victim._verify_peer_record_guarded(promised, {_own_tag(attacker): (lying.payload, now)})
+    assert victim._figures["rejected/no_signal"] == no_signal + 1 and rep.is_suspect(attacker.node_id)
+
+
 # --- fuzz: signed-but-hostile values through storage, gather and verify ----------------------
 
 _ODD_VALUES = [None, True, False, 0, -1, 2**63 - 1, -2**63, 2**64 - 1, 1.5, float("nan"), float("inf"),

@@ -123,8 +123,9 @@ def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
     """SmolLM2-135M with its real sampler. It answers right 5-8 % of the time on the easy mix
     (FACTS.md), so some groups carry signal; every node publishes, reads its peers' records and
     refuses nothing but what honest peers send too: zero-advantage groups, groups whose
-    completions are all one text (`duplicates`), records without any group with signal
-    (`no_signal`, a light strike) and a few completions under the likelihood floor (chosen so
+    completions are all one text (`duplicates`), records whose groups with signal lost it on our
+    re-scoring (`no_signal`, a light strike; records announced without signal cost none) and a few
+    completions under the likelihood floor (chosen so
     that ~95 % of honest text passes: sapo-bench floor); it ignores no peer."""
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
     nodes = _start_nodes(tmp_path, 3, scripted=False, **{

@@ -240,6 +240,18 @@ def test_no_peer_supplies_more_than_half_while_others_are_left(question):
     assert Counter(g.source for g in sample_groups(pool[:60], 4, rng)) == {"flooder": 4}  # no one else: fill
 
 
+def test_a_neutral_record_changes_neither_trust_nor_strikes():
+    rep = PeerReputation(strikes_to_ignore=3, ignore_seconds=60, clock=FakeClock())
+    rep.observe("p", Counter(), False, accepted=2)  # a good record: trusted
+    rep.observe("q", Counter({"record_missing": 1}), False, useless=True)  # half a strike
+    for _ in range(10):
+        for peer in ("p", "q"):
+            assert not rep.observe(peer, Counter({"zero_advantage": 2}), False, neutral=True)
+    assert rep.is_trusted("p") and not rep.is_suspect("p") and rep.is_suspect("q") and not rep.is_ignored("q")
+    assert rep.rejections["p"]["zero_advantage"] == 20
+    assert rep.observe("q", Counter({"bad": 1}), True, neutral=True) is False and rep.is_suspect("q")  # junk counts
+
+
 def test_useless_records_cost_light_strikes():
     rep = PeerReputation(strikes_to_ignore=3, ignore_seconds=60, clock=FakeClock())
     for i in range(5):

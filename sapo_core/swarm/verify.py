@@ -282,8 +282,13 @@ class PeerReputation:
             self.rejections.popitem(last=False)
 
     def observe(self, peer_id: str, rejected: Counter, junk: bool, accepted: int = 0,
-                useless: bool = False) -> bool:
-        """Record one record's outcome; True if this peer has just been put on ignore."""
+                useless: bool = False, neutral: bool = False) -> bool:
+        """Record one record's outcome; True if this peer has just been put on ignore. `neutral`
+        (not junk: nothing to train, as announced): its rejections are counted, nothing else
+        changes (trust, strikes)."""
+        if neutral and not junk:
+            self.count(peer_id, rejected)
+            return False
         self._trusted.pop(peer_id, None)
         if accepted > 0 and not junk and not useless:
             self._trusted[peer_id] = None
