@@ -280,6 +280,11 @@ def training_difference(rows: list[dict], isolated: str, sharing: str) -> tuple[
     return diffs, (mean_ci(diffs) if diffs else (math.nan, math.nan, math.nan))
 
 
+def _interval(lo: float, hi: float, n: int) -> str:
+    """'95% CI -0.1..+0.2', or why there is none: the seed is the unit of replication."""
+    return f"95% CI {lo:+.3f}..{hi:+.3f}" if n >= 2 else "no interval from one seed"
+
+
 def write_outputs(rows: list[dict], out: Path, title: str, configs: list[str]) -> list[str]:
     with open(out / "experiment.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
@@ -300,12 +305,12 @@ def write_outputs(rows: list[dict], out: Path, title: str, configs: list[str]) -
         for c in configs[1:]:
             diffs, (m, lo, hi) = difference(rows, configs[0], c)
             if diffs:
-                lines.append(f"{c} - {configs[0]}: {m:+.3f} (95% CI {lo:+.3f}..{hi:+.3f}) over {len(diffs)} seeds; "
-                             f"per seed " + ", ".join(f"{d:+.3f}" for d in diffs))
+                lines.append(f"{c} - {configs[0]}: {m:+.3f} ({_interval(lo, hi, len(diffs))}) over {len(diffs)} "
+                             f"seed{'s' * (len(diffs) != 1)}; per seed " + ", ".join(f"{d:+.3f}" for d in diffs))
             train, (m, lo, hi) = training_difference(rows, configs[0], c)
             if train:
                 lines.append(f"  training solve rate over all rounds (own questions, each node's curriculum), "
-                             f"{c} - {configs[0]}: {m:+.3f} (95% CI {lo:+.3f}..{hi:+.3f}); per seed "
+                             f"{c} - {configs[0]}: {m:+.3f} ({_interval(lo, hi, len(train))}); per seed "
                              + ", ".join(f"{d:+.3f}" for d in train))
     (out / "summary.txt").write_text(title + "\n" + "\n".join(lines) + "\n")
     _plot(rows, out / "experiment.png", title, configs)
