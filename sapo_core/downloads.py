@@ -150,4 +150,40 @@ class DownloadLines:
         return download_text(info, done, total, with_rate=True)
 
 
-__all__ = ["PHASE", "DownloadReport", "DownloadLines", "download_text", "format_bytes", "format_duration"]
+class TerminalHooks:
+    """Round hooks for a command run in a terminal (`sapo-node eval`, `export`, `try`): a model
+    download's lines (`DownloadLines`, the node's own) and log lines, prefixed with the command,
+    on stderr, so a model fetched on first use is not minutes of silence; nothing else."""
+
+    stop_reason = None  # Ctrl+C stops the command, not these hooks
+
+    def __init__(self, command: str, stream: Any = None) -> None:
+        self.command, self.stream = command, stream
+        self._lines = DownloadLines()
+
+    def _out(self, text: str) -> None:
+        import sys
+
+        print(f"{self.command}: {text}", file=self.stream or sys.stderr, flush=True)
+
+    def checkpoint(self) -> None:
+        return None
+
+    def progress(self, phase: str, done: int, total: int, **info: Any) -> None:
+        if phase == PHASE:
+            line = self._lines.line(done, total, info)
+            if line:
+                self._out(line)
+
+    def log(self, level: str, message: str) -> None:
+        self._out(message)
+
+
+def terminal_download(command: str, stream: Any = None) -> DownloadReport:
+    """The byte callback for `modelfiles.resolve_model_file`, reporting like `TerminalHooks`."""
+    hooks = TerminalHooks(command, stream)
+    return DownloadReport(hooks.progress, hooks.log)
+
+
+__all__ = ["PHASE", "DownloadReport", "DownloadLines", "download_text", "format_bytes", "format_duration",
+           "TerminalHooks", "terminal_download"]

@@ -91,8 +91,10 @@ def _checkpoint_dir(run_dir: Path, round: int | None) -> Path:
     return sorted(p for p in ckpts.glob("round-*") if (p / "state.json").is_file())[-1]
 
 
-def load_trained(run_dir: Path, round: int | None = None) -> Trained:
-    """The policy of `run_dir` at `round` (default: newest checkpoint). Raises ExportFailed."""
+def load_trained(run_dir: Path, round: int | None = None, download: Any = None) -> Trained:
+    """The policy of `run_dir` at `round` (default: newest checkpoint). Raises ExportFailed.
+    `download` hears a base model fetched first (modelfiles.Progress, e.g.
+    `downloads.terminal_download`)."""
     from safetensors.torch import load_file
 
     from sapo_core.catalog import CatalogError, load_catalogue
@@ -117,7 +119,7 @@ def load_trained(run_dir: Path, round: int | None = None) -> Trained:
             template = tok_gguf
         else:
             entry = catalogue.get(model_id)
-            gguf, tok_gguf = resolve_model_file(entry), None
+            gguf, tok_gguf = resolve_model_file(entry, progress=download), None
             template, license, title = gguf, entry.license, entry.title
         policy = load_policy(cfg.model, gguf, paths.cache_dir() / "hf", seed=cfg.seed, tokenizer_gguf=tok_gguf,
                              model_id=model_id)
@@ -286,11 +288,12 @@ def _usage(fmt: str, files: list[str], model_id: str) -> str:
 # --- the whole export -------------------------------------------------------------------------------------------
 
 
-def export(req: ExportRequest, progress: Progress | None = None) -> list[Path]:
-    """Write `req.format` into `req.output` with a model card; returns the files written."""
+def export(req: ExportRequest, progress: Progress | None = None, download: Any = None) -> list[Path]:
+    """Write `req.format` into `req.output` with a model card; returns the files written.
+    `download`: see `load_trained`."""
     progress = progress or (lambda f, s: None)
     progress(0.0, "loading the model and the checkpoint")
-    trained = load_trained(req.run_dir, req.round)
+    trained = load_trained(req.run_dir, req.round, download)
     out = req.output
     tmp = out.with_name(f".{out.name}.partial{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

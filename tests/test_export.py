@@ -144,17 +144,27 @@ def test_merged_gguf_loads_in_llama_cpp_with_the_trainer_logprobs(run_dir, tmp_p
     gguf = next(f for f in files if f.suffix == ".gguf")
     trained = load_trained(run_dir)
     policy = trained.policy
-    prompt = policy.encode_prompt([{"role": "user", "content": "Calculate 12 + 30. End with 'Answer: N'."}])
-    completion = policy.encode_completion("12 + 30 = 42, so the sum is forty-two.\nAnswer: 42")
-    ours = _llama_logprobs(gguf, prompt, completion)
-    theirs = trainer_logprobs(policy, prompt, [completion])[0]
-    drift = logprob_drift([ours], [theirs])
+    texts = [("Calculate 12 + 30. End with 'Answer: N'.", "12 + 30 = 42, so the sum is forty-two.\nAnswer: 42"),
+             ("Simplify the fraction 18/24.", "Both divide by 6: 18/24 = 3/4.\nAnswer: 3/4"),
+             ("What day of the week is 3 days after Monday?", "Tuesday, Wednesday, Thursday.\nAnswer: Thursday")]
+    ours, theirs, plain = [], [], []
+    for question, answer in texts:
+        prompt = policy.encode_prompt([{"role": "user", "content": question}])
+        completion = policy.encode_completion(answer)
+        ours.append(_llama_logprobs(gguf, prompt, completion))
+        theirs.append(trainer_logprobs(policy, prompt, [completion])[0])
+    drift = logprob_drift(ours, theirs)
     policy.model.disable_adapter_layers()
-    base = logprob_drift([trainer_logprobs(policy, prompt, [completion])[0]], [theirs])
-    print(f"merged {quant} GGUF vs trainer: {drift:.4f} nats/token over {len(completion)} tokens; "
-          f"base vs trained {base:.4f}")
-    # F16 is the exact merge. Q8_0 adds llama.cpp's 8-bit rounding of weights and activations: the
-    # node's own Q4_1 sampler is as far from the trainer (0.055-0.06 measured on these texts).
+    for (question, answer) in texts:
+        prompt = policy.encode_prompt([{"role": "user", "content": question}])
+        plain.append(trainer_logprobs(policy, prompt, [policy.encode_completion(answer)])[0])
+    base = logprob_drift(plain, theirs)
+    print(f"merged {quant} GGUF vs trainer: {drift:.4f} nats/token over {sum(map(len, theirs))} tokens; "
+          f"base vs trained {base:.4f}; {gguf.stat().st_size / 1e6:.0f} MB")
+    # F16 is the exact merge (0.0026 over these 60 tokens). Q8_0 adds llama.cpp's 8-bit rounding of
+    # weights and activations in every layer: 0.070 here, about as far as the node's own Q4_1
+    # sampler is from the trainer; keeping the output matrix in F16 gave 0.063 for 18 % more bytes,
+    # so it is not done. The 0.05 holds for F16 only.
     assert drift < (0.05 if quant == "f16" else 0.1)
     assert base > 2 * drift  # the adapter matters, and it is in the file
     if quant == "q8_0":

@@ -247,3 +247,24 @@ def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_pat
         assert max(e[2] for e in hooks.events if e[0] == "progress") == DOWNLOAD_CHUNK_SIZE
         path = resolve_model_file(entry, tmp_path, endpoint=hub.url)
     assert path.read_bytes() == payload
+
+
+def test_commands_in_a_terminal_print_a_first_download(tmp_path: Path, online: None) -> None:
+    """`sapo-node eval`, `export` and `try` fetch a base model not on disk yet: their terminal says
+    so (the node's lines, prefixed with the command), and says nothing of other phases."""
+    import io
+
+    from sapo_core.downloads import TerminalHooks, terminal_download
+
+    out = io.StringIO()
+    with FakeHub(PAYLOAD) as hub:
+        path = resolve_model_file(tiny_entry(), tmp_path, progress=terminal_download("sapo-node export", out),
+                                  endpoint=hub.url)
+    assert path.read_bytes() == PAYLOAD
+    lines = out.getvalue().splitlines()
+    print("\n".join(lines))
+    assert lines[0].startswith("sapo-node export: downloading Qwen2.5-0.5B-Instruct (3 MB) from 127.0.0.1")
+    assert any(line.startswith("sapo-node export: Downloaded Qwen2.5-0.5B-Instruct (3 MB)") for line in lines)
+    quiet = io.StringIO()
+    TerminalHooks("sapo-node eval", quiet).progress("sample", 1, 2)
+    assert quiet.getvalue() == ""

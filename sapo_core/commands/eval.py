@@ -54,6 +54,7 @@ def evaluate_run(run_dir: Path, round: int = 0, questions: int = 0, samples: int
                  hooks=None) -> dict:
     """{'run_dir', 'round', 'model', 'questions', 'samples', 'datasets': {name: figures}, 'figures'}."""
     from sapo_core.config import ConfigError, load_config
+    from sapo_core.downloads import TerminalHooks
     from sapo_core.evaluation import EvalSettings, Evaluator, gains_by_dataset
     from sapo_core.hooks import NullHooks
     from sapo_core.node import resolve_model
@@ -71,7 +72,7 @@ def evaluate_run(run_dir: Path, round: int = 0, questions: int = 0, samples: int
         changes["sampler.threads"] = threads
     cfg = cfg.replace(**changes)
     path = checkpoint_dir(run_dir, round)
-    plan = resolve_model(cfg)
+    plan = resolve_model(cfg, TerminalHooks("sapo-node eval"))  # the base model, fetched first if need be
     policy = load_policy(cfg.model, plan.gguf, paths.cache_dir() / "hf", seed=cfg.seed,
                          tokenizer_gguf=plan.tokenizer_gguf, model_id=plan.model_id)
     tasks = TaskSet(cfg.tasks, seed=0)

@@ -32,6 +32,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from sapo_core.config import ConfigError
+    from sapo_core.downloads import terminal_download
     from sapo_core.export import ExportFailed, ExportRequest, export
 
     def progress(fraction: float, step: str) -> None:
@@ -44,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         req = ExportRequest(run_dir=run_dir, output=Path(args.output).expanduser(), format=args.format,
                             quant=args.quant, round=args.round, threads=args.threads)
-        files = export(req, progress)
+        files = export(req, progress, terminal_download("sapo-node export"))
     except (ExportFailed, ConfigError) as e:
         if args.progress_json:
             print(json.dumps({"error": str(e)}), flush=True)

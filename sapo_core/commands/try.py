@@ -52,11 +52,12 @@ class _null:
 
 def answer(run_dir: Path, at_round: int | None, question: str | None, seed: int | None, max_new: int) -> dict[str, Any]:
     """{question, dataset, reference, round, base: {text, reward}, trained: {text, reward}, seconds}."""
+    from sapo_core.downloads import terminal_download
     from sapo_core.export import load_trained
     from sapo_core.tasks import TaskSet
 
     t0 = time.perf_counter()
-    trained = load_trained(run_dir, at_round)
+    trained = load_trained(run_dir, at_round, terminal_download("sapo-node try"))
     policy, cfg = trained.policy, trained.cfg
     policy.model.config.use_cache = True
     tasks = TaskSet(cfg.tasks, seed=cfg.seed)
