@@ -346,6 +346,7 @@ class DashboardView(QWidget):
         self.arrange()
         self._follow_rounds()  # the round axis first: the curves are binned for it
         self._now = {k: self._view(k) for k in self.plots}
+        views = tuple(self._now[k] for k in self._visible)  # what `_binned_for` compares with
         x, rolling = h.rolling("reward/mean", w)
         self._show("reward/raw", *h.get("reward/mean"))
         self._show("reward/rolling", x, rolling)
@@ -359,7 +360,7 @@ class DashboardView(QWidget):
                 vb.setYRange(0, top, padding=0)
         for key, figure in (("heldout/now", "eval/solve_rate"), ("heldout/base", "eval/solve_rate_base")):
             x, y = h.get(figure)
-            if self.points(key) != len(x) or self._binned_for != tuple(self._now[k] for k in self._visible):
+            if self.points(key) != len(x) or self._binned_for != views:
                 self._show(key, x, y)  # evaluations are every N rounds: skip the rounds between
         self._mark_curriculum()
         self.cards.refresh()
@@ -377,7 +378,7 @@ class DashboardView(QWidget):
             # a band this node never has (sharing, alone) stays out of the legend's way
             self.curves[f"time/{name}"].setVisible(below is None or bool(len(band)) and not np.array_equal(band, below))
             below = band
-        self._binned_for = tuple(self._now[k] for k in self._visible)
+        self._binned_for = views
         for key, curve in self.curves.items():
             dots = 0 < self.points(key) <= DOTS_UP_TO and not key.endswith("/raw") \
                 and not key.startswith("time/") and key != "heldout/base"
