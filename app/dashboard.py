@@ -9,9 +9,11 @@ when two columns are free there, else across the full width below (app/daily_plo
 running per day on a clock-time axis over the running intervals; drawn when the contribution
 card's figures arrive, not per round). Curriculum changes are marked on the reward, held-out
 and accuracy plots. Three columns of plots from 1150 px, two below.
-Colours come from the system palette (app/theme.py). All curves downsample ('peak') and clip to the view, so
-10,000 rounds redraw within a frame (`sapo-bench gui` measures it). Redraws are coalesced:
-a burst of rounds (the history loading) costs one redraw.
+Colours come from the system palette (app/theme.py). Long curves are binned for the screen
+(app/models.py: a raw figure's smallest and largest value per pixel, a rolling mean's mean), and a
+long curve no point of which would move by half a pixel keeps what it shows, so a plot is painted
+again only when something on it moved: 10,000 rounds redraw within a frame (`sapo-bench gui`
+measures it). Redraws are coalesced: a burst of rounds (the history loading) costs one redraw.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ REFRESH_DELAY_MS = 100
 THICK_LINES_UP_TO = 2000
 # a curve of a few points is drawn with dots too: a single point has no line to show it
 DOTS_UP_TO = 40
+# a long curve (more points than its plot has pixels) whose every point would land within this
+# many pixels of where it is drawn keeps what it shows: at 10,000 rounds most rounds move no curve
+# by a pixel, and a plot none of whose curves changed is not painted again (sapo-bench gui)
+UNMOVED_PX = 0.5
 
 
 def axis_end(last_round: float, least: float = 10.0) -> float:
@@ -96,6 +102,8 @@ class DashboardView(QWidget):
         self._plot_of: dict[str, str] = {}  # curve -> its plot
         self._bins: dict[str, ScreenBins] = {}  # curve -> its data binned for the screen
         self._given: dict[str, int] = {}  # curve -> points of the data given (before binning)
+        self.skip_unmoved = True  # off: every refresh hands every curve its data (sapo-bench gui's comparison)
+        self._stale: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # curve -> data kept back (< UNMOVED_PX off)
         self._binned_for: tuple | None = None  # (first round, last round, pixels) of each plot at the last refresh
         self._follow = True  # the round axis shows every round until the user zooms or pans
         self._timer = QTimer(self, singleShot=True, interval=REFRESH_DELAY_MS)
@@ -148,6 +156,9 @@ class DashboardView(QWidget):
         p.setLabel("left", y_label)
         p.getViewBox().sigResized.connect(self._on_view_changed)  # another width: other bins
         p.getViewBox().sigXRangeChanged.connect(self._on_view_changed)  # zoomed or panned: bin what shows
+        # another scale: what was kept back as less than half a pixel off may be more now
+        p.getViewBox().sigYRangeChanged.connect(lambda *_a, k=key: self._draw_stale(k))
+        p.getViewBox().sigResized.connect(lambda *_a, k=key: self._draw_stale(k))
         p.showGrid(x=True, y=True, alpha=0.25)
         p.setLabel("bottom", "round")
         p.setMenuEnabled(False)
@@ -189,12 +200,43 @@ class DashboardView(QWidget):
         return x0, x1, pixels if pixels >= 2 else 1000  # not laid out yet: a guess, binned again once it is
 
     def _show(self, key: str, x: np.ndarray, y: np.ndarray) -> None:
-        """Give curve `key` the data (x, y), binned for the plot's pixels (unless `own_bins` is off)."""
+        """Give curve `key` the data (x, y), binned for the plot's pixels (unless `own_bins` is off);
+        a long curve that would move by less than `UNMOVED_PX` anywhere keeps what it shows."""
         self._given[key] = len(x)
         if self.own_bins:
             x0, x1, pixels = self._now[self._plot_of[key]]
+            long = len(x) > pixels
             x, y = self._bins[key](x, y, x0, x1, pixels, (self.window, self.history.generation))
+            if long and self.skip_unmoved and self._unmoved(key, x, y):
+                self._stale[key] = (x, y)
+                return
+        self._stale.pop(key, None)
         self.curves[key].setData(x, y)
+
+    def _unmoved(self, key: str, x: np.ndarray, y: np.ndarray) -> bool:
+        """Would every point of curve `key`'s new data (as many as it has) land within `UNMOVED_PX`
+        of where the curve draws it now?"""
+        curve = self.curves[key]
+        old_x, old_y = curve.xData, curve.yData
+        if old_x is None or len(old_x) != len(x) or not len(x):
+            return False
+        vb = self.plots[self._plot_of[key]].getViewBox()
+        (x0, x1), (y0, y1) = vb.viewRange()
+        if not (x1 > x0 and y1 > y0 and vb.width() >= 2 and vb.height() >= 2):
+            return False  # not laid out: nothing to compare with
+        return bool(np.abs(x - old_x).max() * (vb.width() / (x1 - x0)) < UNMOVED_PX
+                    and np.abs(y - old_y).max() * (vb.height() / (y1 - y0)) < UNMOVED_PX)
+
+    def _draw_stale(self, plot_key: str) -> None:
+        """The plot's y range or size changed: give its curves the data kept back that is now
+        `UNMOVED_PX` or more off."""
+        if self._refreshing or not self._stale:
+            return
+        for key in [k for k in self._stale if self._plot_of[k] == plot_key]:
+            x, y = self._stale[key]
+            if not self._unmoved(key, x, y):
+                del self._stale[key]
+                self.curves[key].setData(x, y)
 
     def _on_view_changed(self, *_args: object) -> None:
         """A plot was zoomed, panned or resized: bin again for what it shows now (once per burst)."""
@@ -351,13 +393,13 @@ class DashboardView(QWidget):
         self._show("reward/raw", *h.get("reward/mean"))
         self._show("reward/rolling", x, rolling)
         x, total = h.cumulative("reward/sum" if "reward/sum" in h.series else "reward/mean")
-        self._show("cumulative", x, total)
         if self._follow and len(total):  # it grows every round: step its axis as the round axis steps
             top = axis_end(float(total.max()), least=1.0)
             vb = self.plots["cumulative"].getViewBox()
             if vb.viewRange()[1] != [0.0, top]:
                 vb.enableAutoRange(y=False)
                 vb.setYRange(0, top, padding=0)
+        self._show("cumulative", x, total)  # after its axis: what moves less than a pixel is measured on it
         for key, figure in (("heldout/now", "eval/solve_rate"), ("heldout/base", "eval/solve_rate_base")):
             x, y = h.get(figure)
             if self.points(key) != len(x) or self._binned_for != views:

@@ -207,3 +207,55 @@ def test_start_at_login_writes_and_removes_the_autostart_entry(qtbot, tmp_path, 
     assert "app.main --minimized" in text and sys.executable in text
     settings.autostart_box.setChecked(False)
     assert not entry.exists()
+
+
+def test_a_long_curve_keeps_what_it_shows_while_no_point_moves_half_a_pixel(qtbot):
+    """At 10,000 rounds most rounds move most curves by less than a pixel: those are not given
+    their data again (a plot none of whose curves changed is not painted: sapo-bench gui), and what
+    every curve shows stays within half a pixel of its data, also when the y scale changes."""
+    from app.dashboard import UNMOVED_PX, DashboardView
+
+    h = _history(5000)
+    view = DashboardView(h)
+    qtbot.addWidget(view)
+    view.resize(1300, 800)
+    view.show()
+    qtbot.waitUntil(lambda: view.plots["reward"].getViewBox().width() > 100)
+    view.refresh()
+
+    def off_px(key: str) -> float:
+        """How far (pixels) what curve `key` shows is from the data it was last binned from."""
+        x, y = view._stale.get(key, (view.curves[key].xData, view.curves[key].yData))
+        c = view.curves[key]
+        vb = view.plots[view._plot_of[key]].getViewBox()
+        (x0, x1), (y0, y1) = vb.viewRange()
+        return max(np.abs(x - c.xData).max() * vb.width() / (x1 - x0),
+                   np.abs(y - c.yData).max() * vb.height() / (y1 - y0))
+
+    rng = random.Random(3)
+    kept = given = 0
+    for r in range(5001, 5041):
+        before = {k: c.yData for k, c in view.curves.items()}
+        h.add(r, demo_metrics(r, rng))
+        view.refresh()
+        for key, c in view.curves.items():
+            if key in view._stale:
+                assert c.yData is before[key] and off_px(key) < UNMOVED_PX
+                kept += 1
+            elif view.points(key) > 200:
+                given += 1
+    assert kept > 0 and given > 0  # some curves were left as drawn, some moved and were drawn again
+    assert view.points("reward/raw") == 5040
+    # zoomed into the y axis: what was less than half a pixel off may be more now, and is drawn
+    stale = [k for k in view._stale if view._plot_of[k] == "reward"]
+    assert stale
+    vb = view.plots["reward"].getViewBox()
+    (_, _), (y0, y1) = vb.viewRange()
+    vb.setYRange(y0, y0 + (y1 - y0) / 50, padding=0)
+    for key in stale:
+        assert off_px(key) < UNMOVED_PX
+    # the comparison mode gives every curve its data every round
+    view.skip_unmoved = False
+    h.add(5041, demo_metrics(5041, rng))
+    view.refresh()
+    assert not view._stale
