@@ -184,7 +184,9 @@ def test_the_history_comes_back_in_a_new_window(qtbot, window):
             again.load_history(store_path(window.saved_config.run_dir))
         qtbot.waitUntil(lambda: again.dashboard.points("reward/raw") >= window.history.rounds - 1, timeout=5000)
         n = again.history.rounds
-        assert (again.history.get("reward/mean")[1] == window.history.get("reward/mean")[1][:n]).all()
+        # the node runs on: the store may hold a round whose event has not reached the window yet
+        m = min(n, window.history.rounds)
+        assert m >= 2 and (again.history.get("reward/mean")[1][:m] == window.history.get("reward/mean")[1][:m]).all()
         assert again.dashboard.points("reward/raw") == n
     finally:
         again.deleteLater()
