@@ -26,6 +26,7 @@ import argparse
 import csv
 import math
 import statistics
+import re
 import sys
 import time
 from pathlib import Path
@@ -415,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         present = {r["config"] for r in rows}
         labels = [f"{i}/{j}" for i, j in configs if f"{i}/{j}" in present]
         seeds = sorted({r["seed"] for r in rows})
-        title = f"{title or 'SAPO experiment'} (seeds {', '.join(map(str, seeds))} from {len(args.from_csv)} file(s))"
+        # the first file's title names its own seed count: say the merged one
+        title = re.sub(r" x \d+ seeds?\b", f" x {len(seeds)} seeds", title or "SAPO experiment")
+        title = f"{title} (seeds {', '.join(map(str, seeds))} from {len(args.from_csv)} file(s))"
         for line in write_outputs(_ordered(rows, labels), out, title, labels):
             print(line)
         return 0

@@ -117,14 +117,14 @@ def test_rows_of_several_files_are_summarised_together(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    write_outputs(ROWS[:7], a, "title a", ["2/0", "1/1"])  # seed 0
+    write_outputs(ROWS[:7], a, "SAPO: 4 nodes x 100 rounds x 1 seeds, m", ["2/0", "1/1"])  # seed 0
     write_outputs(ROWS[5:], b, "title b", ["2/0", "1/1"])  # seeds 1 and 2, and two of seed 0's rows again
     out = tmp_path / "merged"
     assert main(["--from-csv", str(a / "experiment.csv"), str(b / "experiment.csv"), "--out", str(out)]) == 0
     with open(out / "experiment.csv") as f:
         assert len(list(csv.DictReader(f))) == len(ROWS)
     summary = (out / "summary.txt").read_text()
-    assert summary.startswith("title a (seeds 0, 1, 2 from 2 file(s))")
+    assert summary.startswith("SAPO: 4 nodes x 100 rounds x 3 seeds, m (seeds 0, 1, 2 from 2 file(s))")
     assert "1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds" in summary
     (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
     with pytest.raises(SystemExit, match="not an experiment.csv"):
