@@ -24,7 +24,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", required=True, choices=FORMATS,
                    help="gguf: merged, for llama.cpp / LM Studio; ollama: GGUF + Modelfile; "
                         "hf: merged Hugging Face folder; peft: the bare LoRA adapter")
-    p.add_argument("--quant", default="q8_0", choices=QUANTS, help="GGUF weight type (default q8_0)")
+    p.add_argument("--quant", default="f16", choices=QUANTS,
+                   help="GGUF weight type: f16 (default) is what you trained; q8_0 is half the size and its "
+                        "log-probs are ~0.07 nats/token from the trainer's")
     p.add_argument("--output", required=True, help="folder to create (must not exist or be empty)")
     p.add_argument("--threads", type=int, default=0, help="threads for converting (default: physical cores)")
     p.add_argument("--progress-json", action="store_true", help="print progress as JSON lines (for the app)")
