@@ -115,16 +115,23 @@ def test_two_columns_below_1150_px_and_peers_hidden_while_alone(qtbot):
     assert "peers" not in alone._visible and not alone.plots["peers"].isVisible()
 
 
-def test_long_histories_are_binned_for_the_pixels_and_again_when_zoomed(qtbot):
+def _shown_long(qtbot, rounds: int = 5000):
+    """A dashboard of `rounds` rounds, laid out at 1300 x 800 and drawn."""
     from app.dashboard import DashboardView
 
-    h = _history(5000)
+    h = _history(rounds)
     view = DashboardView(h)
     qtbot.addWidget(view)
     view.resize(1300, 800)
     view.show()
     qtbot.waitUntil(lambda: view.plots["reward"].getViewBox().width() > 100)
     view.refresh()
+    return h, view
+
+
+def test_long_histories_are_binned_for_the_pixels_and_again_when_zoomed(qtbot):
+
+    h, view = _shown_long(qtbot)
     vb = view.plots["reward"].getViewBox()
     pixels = int(vb.width())
     raw, rolling = view.curves["reward/raw"], view.curves["reward/rolling"]
@@ -213,15 +220,9 @@ def test_a_long_curve_keeps_what_it_shows_while_no_point_moves_half_a_pixel(qtbo
     """At 10,000 rounds most rounds move most curves by less than a pixel: those are not given
     their data again (a plot none of whose curves changed is not painted: sapo-bench gui), and what
     every curve shows stays within half a pixel of its data, also when the y scale changes."""
-    from app.dashboard import UNMOVED_PX, DashboardView
+    from app.dashboard import UNMOVED_PX
 
-    h = _history(5000)
-    view = DashboardView(h)
-    qtbot.addWidget(view)
-    view.resize(1300, 800)
-    view.show()
-    qtbot.waitUntil(lambda: view.plots["reward"].getViewBox().width() > 100)
-    view.refresh()
+    h, view = _shown_long(qtbot)
 
     def off_px(key: str) -> float:
         """How far (pixels) what curve `key` shows is from the data it was last binned from."""
