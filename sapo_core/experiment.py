@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import statistics
 import re
+import statistics
 import sys
 import time
 from pathlib import Path

@@ -130,7 +130,6 @@ def _shown_long(qtbot, rounds: int = 5000):
 
 
 def test_long_histories_are_binned_for_the_pixels_and_again_when_zoomed(qtbot):
-
     h, view = _shown_long(qtbot)
     vb = view.plots["reward"].getViewBox()
     pixels = int(vb.width())
