@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, help_text in BENCHMARKS:
-        escaped = help_text.replace("%", "%%")  # argparse formats help strings with %
-        p = sub.add_parser(name, help=escaped, description=escaped)
+        escaped = help_text.replace("%", "%%")  # argparse %-formats help strings, not descriptions
+        p = sub.add_parser(name, help=escaped, description=help_text)
         if name == chosen:
             importlib.import_module(f"sapo_core.bench.{name}").configure(p)
     args = parser.parse_args(argv)
