@@ -313,6 +313,7 @@ class Node:
             self.hooks.log("error", f"swarm: {what} failed, this round goes on without sharing: "
                                     f"{type(e).__name__}: {e}")
             return None
+
     def evaluate(self) -> dict[str, float]:
         """The held-out figures (`eval/...`) of the policy as the sampler now follows it."""
         if self._evaluator is None:
@@ -324,8 +325,12 @@ class Node:
             self.hooks.log("error", f"held-out evaluation skipped: sampler {self._sampler.name} failed ({e})")
             return {}
         m["time/eval"] = time.perf_counter() - t0
-        gain = f", gain {m['eval/gain']:+.3f} ({m['eval/gain_ci_low']:+.3f}..{m['eval/gain_ci_high']:+.3f})" \
-            if "eval/gain" in m else ""
+        if self.policy.version == 0:  # untrained: the base model's own figure, no gain to speak of
+            gain = " (the base model)"
+        elif "eval/gain" in m:
+            gain = f", gain {m['eval/gain']:+.3f} ({m['eval/gain_ci_low']:+.3f}..{m['eval/gain_ci_high']:+.3f})"
+        else:
+            gain = ""
         self.hooks.log("info", f"held-out: solve rate {m['eval/solve_rate']:.3f}{gain}, {m['time/eval']:.0f} s")
         return m
 

@@ -285,12 +285,16 @@ def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tm
     cfg = tiny_config(tmp_path / "run", **{"eval.enabled": True, "eval.questions": 2, "eval.samples": 2,
                                            "eval.every_rounds": 3,
                                            "round.external_groups": 1})
-    node = Node(cfg, source=SolvedGroups(cfg.tasks))
+    hooks = LogHooks()
+    node = Node(cfg, hooks=hooks, source=SolvedGroups(cfg.tasks))
     node.setup()
     figures = [node.run_round(), node.run_round(final=True), node.run_round(), node.run_round()]
     node.close()
     with_eval = [i + 1 for i, m in enumerate(figures) if "eval/solve_rate" in m]
     assert with_eval == [1, 2, 3]  # the baseline in round 1, the last round of a run, every 3 rounds
+    said = [msg for _, msg in hooks.lines if msg.startswith("held-out:")]
+    assert len(said) == 3 and "(the base model)" in said[0] and "gain" not in said[0]
+    assert "gain " in said[1] and "(the base model)" not in said[1]
     for key in ("eval/solve_rate", "eval/solve_rate_base", "eval/gain", "eval/gain_ci_low", "eval/gain_ci_high",
                 "eval/reward_mean", "eval/greedy_solve_rate", "eval/level_solve_rate", "eval/questions",
                 "eval/samples", "eval/basic_arithmetic/solve_rate", "time/eval"):
