@@ -38,6 +38,12 @@ class LevelChange:
     accuracy: float  # rolling accuracy that triggered the move
     raised: bool  # True: harder now; False: fell back
 
+    def __str__(self) -> str:
+        """What the node's log says, e.g. "basic_arithmetic easy -> medium (solved 0.61 of the
+        recent completions)"."""
+        why = "solved" if self.raised else "only solved"
+        return f"{self.dataset} {self.old_level} -> {self.new_level} ({why} {self.accuracy:.2f} of the recent completions)"
+
 
 class Curriculum:
     """Levels per dataset; `observe` feeds results, `level` says where each dataset is."""

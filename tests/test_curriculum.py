@@ -31,6 +31,7 @@ def test_raises_only_on_a_full_window_at_threshold():
     change = c.observe("a", 0, [False])  # 3/4 = 0.75 >= 0.5
     assert change is not None and change.raised
     assert (change.old_level, change.new_level, change.accuracy) == ("easy", "medium", 0.75)
+    assert str(change) == "a easy -> medium (solved 0.75 of the recent completions)"  # the node's log line
     assert c.level_name("a") == "medium" and c.level_name("b") == "easy"
     assert c.accuracy("a") is None  # the window restarts at the new level
 
@@ -57,6 +58,7 @@ def test_falls_back_on_collapse_but_never_below_floor():
     assert c.observe("a", 1, [True] * 4).new_level == "hard"
     change = c.observe("a", 2, [False] * 4)  # 0 <= lower_at
     assert change is not None and not change.raised and change.new_level == "medium"
+    assert str(change) == "a hard -> medium (only solved 0.00 of the recent completions)"
     assert c.observe("a", 1, [False] * 4) is None  # medium is the floor
     assert c.level_name("a") == "medium"
 
