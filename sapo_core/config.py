@@ -362,9 +362,14 @@ class EvalConfig:
         "Measure the policy on held-out questions (never trained on) against the base model: before the first "
         "round, every eval.every_rounds rounds and after the last round of a run of set length.", True)
     every_rounds: int = _help(
-        "Rounds between held-out evaluations (0 = only before the first round and at the end). Measured on a "
-        "2-core machine: one evaluation (3 datasets x 32 questions x 4 samples + greedy) takes as long as ~7 "
-        "rounds (336 s against ~50 s), so every 70 rounds keeps it under 10 % of the node's time.", 70)
+        "Held-out evaluations fall on rounds that are multiples of this (0 = only before the first round and at "
+        "the end), when eval.max_share allows. On a busy 2-core machine one evaluation (3 datasets x 32 questions "
+        "x 4 samples + greedy) takes ~7 rounds' time (336 s against ~50 s).", 70)
+    max_share: float = _help(
+        "Most of the node's time evaluation may take: a due evaluation is skipped (to the next multiple of "
+        "every_rounds) until the rounds since the last one took (1 - share) / share times as long as it did. "
+        "On 2 free cores rounds are ~15 s and an evaluation 160-340 s, so every 70 rounds alone would be ~20 %.",
+        0.1)
     questions: int = _help(
         "Held-out questions per dataset and level (training skips every one of them; at most 512).", 32)
     samples: int = _help("Completions per held-out question at the training temperature, k.", 4)
@@ -372,6 +377,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         _check(self.every_rounds >= 0, "eval.every_rounds", "must be >= 0")
+        _check(0 < self.max_share <= 1, "eval.max_share", "must be in (0, 1]")
         _check(1 <= self.questions <= 512, "eval.questions", "must be 1..512")
         _check(1 <= self.samples <= 64, "eval.samples", "must be 1..64")
 

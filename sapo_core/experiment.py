@@ -74,7 +74,8 @@ def node_config(args: argparse.Namespace, out: Path, seed: int, label: str, inde
         "swarm.gather_timeout": 3.0, "swarm.publish_timeout": 5.0,
         "swarm.identity_path": str(out / "identities" / f"seed{seed}-node{index}.key"),
         "swarm.initial_peers": [join] if join else [],
-        "eval.enabled": True, "eval.every_rounds": args.eval_every, "eval.questions": args.eval_questions,
+        "eval.enabled": True, "eval.every_rounds": args.eval_every, "eval.max_share": 1.0,  # as asked, not skipped
+        "eval.questions": args.eval_questions,
         "eval.samples": args.eval_samples, "eval.greedy": False,
     })
 

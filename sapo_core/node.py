@@ -268,9 +268,8 @@ class Node:
                 self._check_drift(figures.get("sampler/logprob_drift"))
                 self._sampler.sync_policy(policy)
 
-        # 7. held-out evaluation every eval.every_rounds and at the end of the run
-        every = cfg.eval.every_rounds
-        if self._evaluator is not None and (final or (every and r % every == 0)):
+        # 7. held-out evaluation every eval.every_rounds (within eval.max_share) and at the end of the run
+        if self._evaluator is not None and (final or self._eval_due(r)):
             with timer("eval"):
                 evaluated.update(self.evaluate())
 
@@ -313,6 +312,16 @@ class Node:
             self.hooks.log("error", f"swarm: {what} failed, this round goes on without sharing: "
                                     f"{type(e).__name__}: {e}")
             return None
+
+    def _eval_due(self, r: int) -> bool:
+        every = self.cfg.eval.every_rounds
+        if not every or r % every:
+            return False
+        eval_rounds, eval_seconds = self.store.series("time/eval")
+        if not eval_rounds:
+            return True
+        since = [t for x, t in zip(*self.store.series("time/round")) if x > eval_rounds[-1]]
+        return eval_within_share(eval_seconds[-1], sum(since), self.cfg.eval.max_share)
 
     def evaluate(self) -> dict[str, float]:
         """The held-out figures (`eval/...`) of the policy as the sampler now follows it."""
@@ -582,6 +591,12 @@ def resolve_model(cfg: NodeConfig, hooks: RoundHooks | None = None) -> ModelPlan
                             should_stop=lambda: getattr(hooks, "stop_reason", None) is not None)
     sel = modelfiles.model_for_config(cfg, report)
     return ModelPlan(sel.path, None, sel.model_id, sel.micro_batch_size, sel.why)
+
+
+def eval_within_share(last_eval_seconds: float, rounds_seconds_since: float, share: float) -> bool:
+    """Whether one more evaluation as long as the last keeps evaluation within `share` of the
+    node's time: the rounds since the last one took at least (1 - share) / share times as long."""
+    return share >= 1 or rounds_seconds_since * share >= last_eval_seconds * (1 - share)
 
 
 class _PhaseTimer:

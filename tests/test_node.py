@@ -11,7 +11,7 @@ import torch
 
 from sapo_core.config import NodeConfig
 from sapo_core.hooks import Interrupted, NullHooks
-from sapo_core.node import Node, RoundShape
+from sapo_core.node import Node, RoundShape, eval_within_share
 from sapo_core.rollouts import Completion, Group
 from sapo_core.tasks import TaskSet
 from sapo_core.store import RunStore, receipt_totals
@@ -283,7 +283,7 @@ def test_a_peer_completion_gets_our_stop_token_only_if_finished_and_not_cut(tmp_
 
 def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tmp_path, data_dir):
     cfg = tiny_config(tmp_path / "run", **{"eval.enabled": True, "eval.questions": 2, "eval.samples": 2,
-                                           "eval.every_rounds": 3,
+                                           "eval.every_rounds": 3, "eval.max_share": 1.0,
                                            "round.external_groups": 1})
     hooks = LogHooks()
     node = Node(cfg, hooks=hooks, source=SolvedGroups(cfg.tasks))
@@ -303,6 +303,27 @@ def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tm
     store = RunStore(tmp_path / "run" / "rounds.sqlite")
     assert store.series("eval/solve_rate")[0] == [1, 2, 3]
     store.close()
+
+
+def test_a_due_evaluation_waits_until_it_fits_in_its_share_of_the_node_s_time(tmp_path):
+    assert eval_within_share(100.0, 900.0, 0.1) and not eval_within_share(100.0, 899.0, 0.1)
+    assert eval_within_share(100.0, 0.0, 1.0)  # share 1: whenever every_rounds says
+    node = Node(NodeConfig().replace(**{"run_dir": str(tmp_path), "eval.every_rounds": 10, "eval.max_share": 0.1}))
+    node.store = RunStore(tmp_path / "rounds.sqlite")
+    assert node._eval_due(10) and not node._eval_due(15)  # no evaluation yet: the schedule alone
+    node.store.record_round(10, {"time/round": 20.0, "time/eval": 300.0}, 0.0)  # 300 s: wait 2700 s of rounds
+
+    def rounds_until(end):
+        for r in range(node.store.last_round() + 1, end):
+            node.store.record_round(r, {"time/round": 60.0}, 0.0)
+
+    rounds_until(20)
+    assert not node._eval_due(20)  # 9 rounds since, 540 s
+    rounds_until(40)
+    assert not node._eval_due(40)  # 29 rounds, 1740 s: skipped to the next multiple of 10
+    rounds_until(60)
+    assert node._eval_due(60) and not node._eval_due(55)  # 49 rounds, 2940 s; 55 is off the schedule
+    node.store.close()
 
 
 def test_sampling_seeds_mix_in_the_node_identity(tmp_path, data_dir):
