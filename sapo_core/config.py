@@ -98,11 +98,7 @@ class TaskConfig:
     curriculum: bool = _help(
         "Raise a dataset's level when the model masters it; fall back when its accuracy collapses.", True)
     curriculum_window: int = _help(
-        "Own completions per dataset the rolling accuracy covers; a level rises only on a full window "
-        "(completions of one question are alike: 256 is 32 questions of 8).", 256)
-    curriculum_fall_window: int = _help(
-        "The last own completions a fall-back is judged on (at most curriculum_window): a raised level "
-        "falls back when their accuracy is at or below curriculum_lower.", 64)
+        "Own completions per dataset the rolling accuracy covers; a level changes only on a full window.", 64)
     curriculum_raise: float = _help("Rolling accuracy (share fully right) at which a dataset's level rises.", 0.5)
     curriculum_lower: float = _help("Rolling accuracy at or below which a raised level falls back.", 0.02)
     prompt: str = _help(
@@ -130,7 +126,6 @@ class TaskConfig:
             _check(name in PAPER_SPECIALTIES, f"tasks.levels.{name}", "is not a known dataset")
             _check(level in LEVEL_NAMES, f"tasks.levels.{name}", f"'{level}' is not one of " + ", ".join(LEVEL_NAMES))
         _check(self.curriculum_window >= 1, "tasks.curriculum_window", "must be at least 1")
-        _check(self.curriculum_fall_window >= 1, "tasks.curriculum_fall_window", "must be at least 1")
         _check(0 <= self.curriculum_lower < self.curriculum_raise <= 1, "tasks.curriculum_lower",
                "need 0 <= curriculum_lower < curriculum_raise <= 1")
         _check(self.prompt in PROMPT_STYLES, "tasks.prompt", f"'{self.prompt}' is not one of " + ", ".join(PROMPT_STYLES))

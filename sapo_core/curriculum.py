@@ -5,17 +5,12 @@ always solves (GRPO's advantage is zero when all rewards in a group are equal). 
 dataset sits on one of its difficulty levels (see `tasks.LEVELS`); the curriculum keeps the
 last `window` results of our *own* completions at that level and
 
-- raises the level when the rolling accuracy over a full window reaches `raise_at`,
-- lowers it when the accuracy of the last `fall_window` results falls to `lower_at` or
-  below ("collapse"),
+- raises the level when the rolling accuracy reaches `raise_at`,
+- lowers it when the rolling accuracy falls to `lower_at` or below ("collapse"),
 
-never below the level the user started from (`floor`) nor above the hardest. A change clears
-the window, so every level is judged on its own results only. The window is long (256
-completions, 32 questions of 8) because completions of one question are alike: `sapo-bench
-learning` saw a 64-completion window (8 questions) raise calendar_arithmetic at round 16 on a
-lucky streak while its held-out solve rate was 0.24, and the dataset then spent 134 rounds at
-levels it did not learn. A collapse (1 of 64 right) is clear sooner, so falling back needs
-only the shorter `fall_window`. "Accuracy" is the share of completions with
+never below the level the user started from (`floor`) nor above the hardest. A decision
+needs a full window of results at the current level, and a change clears the window, so
+every level is judged on its own results only. "Accuracy" is the share of completions with
 full credit (reward 1); ReasoningGYM's partial credits do not count.
 
 Pure and deterministic: the state is a plain JSON-serialisable dict (it goes into the
@@ -58,17 +53,15 @@ class Curriculum:
         levels: Mapping[str, Sequence[str]],
         floor: Mapping[str, str],
         *,
-        window: int = 256,
-        fall_window: int | None = None,
+        window: int = 64,
         raise_at: float = 0.5,
         lower_at: float = 0.02,
         enabled: bool = True,
     ) -> None:
         """`levels`: dataset -> its level names, easiest first; `floor`: dataset -> the level
-        it starts at and never goes below (missing: the easiest); `fall_window`: the last
-        results a fall-back is judged on (None or more than `window`: the whole window)."""
-        if window < 1 or (fall_window is not None and fall_window < 1):
-            raise ValueError("curriculum windows must be at least 1")
+        it starts at and never goes below (missing: the easiest)."""
+        if window < 1:
+            raise ValueError("curriculum window must be at least 1")
         if not 0 <= lower_at < raise_at <= 1:
             raise ValueError(f"need 0 <= lower_at < raise_at <= 1, got {lower_at} and {raise_at}")
         self.level_names = {name: tuple(names) for name, names in levels.items()}
@@ -81,7 +74,6 @@ class Curriculum:
                 raise ValueError(f"{name} has no level {start!r}; it has {', '.join(names)}")
             self.floor[name] = names.index(start)
         self.window = window
-        self.fall_window = min(window, fall_window or window)
         self.raise_at = raise_at
         self.lower_at = lower_at
         self.enabled = enabled
@@ -114,17 +106,14 @@ class Curriculum:
         results = self._results[dataset]
         results.extend(1 if s else 0 for s in solved)
         del results[: max(0, len(results) - self.window)]
-        if not self.enabled:
+        if len(results) < self.window or not self.enabled:
             return None
-        old = self._level[dataset]
-        full = len(results) >= self.window
         acc = sum(results) / len(results)
-        recent = results[-self.fall_window:]
-        recent_acc = sum(recent) / len(recent)
-        if full and acc >= self.raise_at and old + 1 < len(self.level_names[dataset]):
+        old = self._level[dataset]
+        if acc >= self.raise_at and old + 1 < len(self.level_names[dataset]):
             new = old + 1
-        elif len(recent) >= self.fall_window and recent_acc <= self.lower_at and old > self.floor[dataset]:
-            new, acc = old - 1, recent_acc
+        elif acc <= self.lower_at and old > self.floor[dataset]:
+            new = old - 1
         else:
             return None
         self._level[dataset] = new

@@ -270,7 +270,6 @@ class TaskSet:
             {d: level_names(d) for d in LEVELS},
             {d: start_level(d, cfg.levels.get(d, cfg.difficulty)) for d in LEVELS},
             window=cfg.curriculum_window,
-            fall_window=cfg.curriculum_fall_window,
             raise_at=cfg.curriculum_raise,
             lower_at=cfg.curriculum_lower,
             enabled=cfg.curriculum,
