@@ -360,7 +360,8 @@ class ControlConfig:
 class EvalConfig:
     enabled: bool = _help(
         "Measure the policy on held-out questions (never trained on) against the base model: before the first "
-        "round, every eval.every_rounds rounds and after the last round of a run of set length.", True)
+        "round, every eval.every_rounds rounds (within eval.max_share) and after the last round of a run of set "
+        "length.", True)
     every_rounds: int = _help(
         "Held-out evaluations fall on rounds that are multiples of this (0 = only before the first round and at "
         "the end), when eval.max_share allows. On a busy 2-core machine one evaluation (3 datasets x 32 questions "

@@ -24,7 +24,7 @@ the SAPO paper (arXiv 2509.08721) or GRPO:
   group is trained at most once, and at most swarm.max_external_tokens tokens of them per
   update.
 - A held-out evaluation (`evaluation.py`) runs before round 1, every eval.every_rounds rounds
-  and after the last round of a run of set length; training never draws its questions. The
+  (within eval.max_share of the node's time) and after the last round of a run of set length; training never draws its questions. The
   reward is correctness (1 right, 0 wrong) unless tasks.partial_credit (issue 11).
 - The default task mix and difficulty are easy ones a 135M model can sometimes solve
   (FACTS.md: it scores ~0 on the paper's full mix), with a curriculum that raises them.
