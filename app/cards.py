@@ -18,12 +18,12 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from sapo_core.store import HeldOut
+from sapo_core.contributions import HeldOutSummary
 
 from app.models import RoundHistory
 
 
-def held_out(history: RoundHistory) -> HeldOut | None:
+def held_out(history: RoundHistory) -> HeldOutSummary | None:
     """The newest evaluation in the history, as the run store's `held_out_summary` reads it."""
     if "eval/solve_rate" not in history.series:
         return None
@@ -32,7 +32,7 @@ def held_out(history: RoundHistory) -> HeldOut | None:
     base = history.last("eval/solve_rate_base", float(rates[0]))
     gain = history.last("eval/gain", now - base)
     low, high = history.last("eval/gain_ci_low"), history.last("eval/gain_ci_high")
-    return HeldOut(base=base, now=now, round=int(history.get("eval/solve_rate")[0][-1]), gain=gain,
+    return HeldOutSummary(base=base, now=now, round=int(history.get("eval/solve_rate")[0][-1]), gain=gain,
                    ci_low=None if math.isnan(low) else low, ci_high=None if math.isnan(high) else high)
 
 

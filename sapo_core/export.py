@@ -34,7 +34,8 @@ from typing import Any, Callable
 from sapo_core import paths
 from sapo_core.checkpoint import CheckpointError, Checkpoints
 from sapo_core.config import NodeConfig, dump_config, load_config
-from sapo_core.store import STORE_NAME, RunStore, StoreError, contribution_totals, held_out_summary
+from sapo_core.contributions import contribution_totals, held_out_summary
+from sapo_core.store import STORE_NAME, RunStore, StoreError
 
 FORMATS = ("gguf", "ollama", "hf", "peft")
 QUANTS = ("f16", "q8_0")

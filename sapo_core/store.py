@@ -5,17 +5,16 @@ kept as a JSON object per round, so a new figure needs no migration. The GUI rea
 same file (stdlib sqlite3 only: this module imports no torch). WAL mode lets the GUI read
 while the node writes.
 
-Contribution (issue 13): every row also carries `cpu/seconds`, the CPU time the writing
-process and its children (the node and its llama.cpp sampler, as the heartbeat counts them)
-used since the previous row, so CPU-hours survive restarts. Receipts, the (peer, our round,
-group) triples by which peers say they trained on our groups, are kept in their own table,
-one row per triple however often it is seen. `contribution_totals`, `held_out_summary` and
-`receipt_totals` are what `sapo-node stats`, the model card and the app show.
+Every row also carries `cpu/seconds`, the CPU time the writing process and its children (the
+node and its llama.cpp sampler, as the heartbeat counts them: `cpu.tree_cpu_seconds`) used
+since the previous row, so CPU-hours survive restarts. Receipts, the (peer, our round, group)
+triples by which peers say they trained on our groups, are kept in their own table, one row per
+triple however often it is seen. What the volunteer gave and what came back is read from here
+by `contributions.py` (totals) and `daily.py` (by day).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import sqlite3
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-import psutil
+from sapo_core.cpu import tree_cpu_seconds
 
 SCHEMA_VERSION = 1
 STORE_NAME = "rounds.sqlite"
@@ -82,7 +81,7 @@ class RunStore:
         except sqlite3.DatabaseError as e:
             raise StoreError(f"run store {self.path} is unreadable ({e}); move it away to start a new run") from e
 
-        self._cpu_mark = _process_tree_cpu_seconds()
+        self._cpu_mark = tree_cpu_seconds()
 
     def close(self) -> None:
         self._db.close()
@@ -100,7 +99,7 @@ class RunStore:
     def record_round(self, round: int, metrics: dict[str, float], started: float, ended: float | None = None) -> None:
         ended = time.time() if ended is None else ended
         if "cpu/seconds" not in metrics:  # CPU given since the previous row (or since the store opened)
-            now = _process_tree_cpu_seconds()
+            now = tree_cpu_seconds()
             metrics = {**metrics, "cpu/seconds": max(0.0, now - self._cpu_mark)}
             self._cpu_mark = now
         with self._db:
@@ -183,126 +182,6 @@ class RunStore:
         except sqlite3.OperationalError:  # a store written before receipts existed, opened read-only
             return []
         return [(p, int(r), int(g), int(s), float(t)) for p, r, g, s, t in rows]
-
-
-def _process_tree_cpu_seconds() -> float:
-    """User + system CPU of this process and its children (the heartbeat's measure)."""
-    me = psutil.Process()
-    total = 0.0
-    for p in [me, *me.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
-
-
-# --- what the volunteer gave and what came back -----------------------------------------------------------------
-
-
-def start_of_today(now: float | None = None) -> float:
-    d = dt.datetime.fromtimestamp(time.time() if now is None else now).date()
-    return dt.datetime.combine(d, dt.time()).timestamp()
-
-
-def start_of_week(now: float | None = None) -> float:
-    """Midnight (local time) at the start of the last 7 days, today included (calendar days: a
-    daylight-saving change makes the week an hour shorter or longer)."""
-    d = dt.datetime.fromtimestamp(time.time() if now is None else now).date() - dt.timedelta(days=6)
-    return dt.datetime.combine(d, dt.time()).timestamp()
-
-
-TOTALS_KEYS = ("cpu/seconds", "groups/external", "groups/local", "round/group_size", "tokens/sampled", "groups/trained",
-               "swarm/published", "swarm/peers")
-
-
-def contribution_totals(store: RunStore, until_round: int | None = None, now: float | None = None) -> dict[str, float]:
-    """Totals over the run: rounds, CPU-hours, completions sampled, groups trained (own / peers'),
-    groups published, peers, and time spent in rounds today and this week (pauses excluded)."""
-    today, week = start_of_today(now), start_of_week(now)
-    t: dict[str, float] = dict.fromkeys(
-        ("rounds", "cpu_hours", "completions", "tokens", "groups_own", "groups_peers", "groups_published",
-         "peers_max", "seconds_today", "seconds_week", "cpu_hours_today", "cpu_hours_week", "rounds_today",
-         "rounds_week"), 0.0)
-    first, last = None, None
-    # only the figures summed are read (SQLite's json_extract): decoding every row's whole JSON in
-    # Python took 0.5-0.9 s at 10,000 rounds, and the app reads these totals after every round
-    for started, ended, f in store.spans(0.0, TOTALS_KEYS, until_round):
-        cpu_s, ext, local, group_size, tokens, trained, published, peers = f
-        first = started if first is None else first
-        last = ended
-        cpu_h = cpu_s / 3600
-        t["rounds"] += 1
-        t["cpu_hours"] += cpu_h
-        t["completions"] += local * group_size
-        t["tokens"] += tokens
-        t["groups_own"] += max(0.0, trained - ext)
-        t["groups_peers"] += ext
-        t["groups_published"] += published
-        t["peers_max"] = max(t["peers_max"], peers)
-        secs = max(0.0, ended - started)
-        for since, suffix in ((today, "today"), (week, "week")):
-            if ended >= since:
-                t[f"seconds_{suffix}"] += min(secs, ended - since)
-                t[f"cpu_hours_{suffix}"] += cpu_h
-                t[f"rounds_{suffix}"] += 1
-    t["first_started"] = first or 0.0
-    t["last_ended"] = last or 0.0
-    return t
-
-
-def daily_activity(store: RunStore, days: int = 7, now: float | None = None) -> list[tuple[float, float, float]]:
-    """(start, end, cpu seconds) of each round in the last `days` days, for bars on a clock axis:
-    the gaps between them are the pauses."""
-    since = start_of_today(now) - (days - 1) * 86400
-    return [(s, e, f[0]) for s, e, f in store.spans(since, ("cpu/seconds",))]
-
-
-def receipt_totals(store: RunStore, since: float = 0.0, ignored: Iterable[str] = ()) -> dict[str, int]:
-    """How often our groups were trained on, by how many peers, since `since`: receipts from
-    `ignored` peers do not count (the source drops them already; a peer ignored later is
-    dropped here too)."""
-    skip = set(ignored)
-    kept = [r for r in store.receipts(since) if r[0] not in skip]
-    return {"receipts": len(kept), "peers": len({r[0] for r in kept}),
-            "groups": len({(r[1], r[2]) for r in kept})}
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """Held-out solve rate at the start (the base model) and now, from the `eval/*` figures."""
-
-    base: float
-    now: float
-    round: int
-    gain: float
-    ci_low: float | None
-    ci_high: float | None
-
-    @property
-    def ci_half_width(self) -> float | None:
-        if self.ci_low is None or self.ci_high is None:
-            return None
-        return (self.ci_high - self.ci_low) / 2
-
-    def sentence(self) -> str:
-        ci = f", ±{self.ci_half_width:.2f}" if self.ci_half_width is not None else ""
-        return f"held-out: {self.base:.2f} at start -> {self.now:.2f} now ({self.gain:+.2f}{ci})"
-
-
-def held_out_summary(store: RunStore, until_round: int | None = None) -> HeldOut | None:
-    """The newest evaluation against the base model, or None when no evaluation has run."""
-    rounds, rates = store.series("eval/solve_rate")
-    pairs = [(r, v) for r, v in zip(rounds, rates) if until_round is None or r <= until_round]
-    if not pairs:
-        return None
-    r, now = pairs[-1]
-    m = next(row.metrics for row in store.rounds(since=r - 1, limit=1))
-    base_rounds, bases = store.series("eval/solve_rate_base")
-    base = m.get("eval/solve_rate_base", bases[0] if bases else pairs[0][1])
-    return HeldOut(base=base, now=now, round=r, gain=m.get("eval/gain", now - base),
-                   ci_low=m.get("eval/gain_ci_low"), ci_high=m.get("eval/gain_ci_high"))
 
 
 def export_csv(rows: Iterable[RoundRow], out) -> None:

@@ -8,7 +8,8 @@ import time
 import psutil
 import pytest
 
-from sapo_core.control.threads import CAP_ROUNDS, CpuMeter, ThreadGovernor, tree_cpu_seconds
+from sapo_core.control.threads import CAP_ROUNDS, CpuMeter, ThreadGovernor
+from sapo_core.cpu import tree_cpu_seconds
 
 
 def gov(**kw) -> ThreadGovernor:

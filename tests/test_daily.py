@@ -13,7 +13,8 @@ import pytest
 from sapo_core.cli import main
 from sapo_core.commands.stats import gather_stats
 from sapo_core.daily import by_day, contribution_by_day, day_bounds, pause_after, running_intervals
-from sapo_core.store import STORE_NAME, RunStore, contribution_totals
+from sapo_core.contributions import contribution_totals
+from sapo_core.store import STORE_NAME, RunStore
 
 
 def _at(day: dt.date, hh: int, mm: int = 0, ss: int = 0) -> float:

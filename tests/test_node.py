@@ -14,7 +14,8 @@ from sapo_core.hooks import Interrupted, NullHooks
 from sapo_core.node import Node, RoundShape, eval_within_share
 from sapo_core.rollouts import Completion, Group
 from sapo_core.tasks import TaskSet
-from sapo_core.store import RunStore, receipt_totals
+from sapo_core.contributions import receipt_totals
+from sapo_core.store import RunStore
 
 
 def tiny_config(run_dir, **changes) -> NodeConfig:

@@ -19,7 +19,7 @@ import torch
 from sapo_core.config import NodeConfig
 from sapo_core.hooks import NullHooks
 from sapo_core.sampler.base import SampledSequence
-from sapo_core.store import receipt_totals
+from sapo_core.contributions import receipt_totals
 
 pytestmark = pytest.mark.network
 

@@ -34,6 +34,7 @@ import psutil
 from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
+from sapo_core.cpu import tree_cpu_seconds
 
 INSIDE_ROUND = ("sample", "update")
 
@@ -56,18 +57,6 @@ def _config(args: argparse.Namespace, run_dir: Path) -> NodeConfig:
         "round.local_groups": 2, "round.external_groups": 0, "sampler.group_size": 4,
         "sampler.max_new_tokens": 96, "round.auto_scale": False, "train.kl_beta": 0.01,
         "sampler.threads": args.threads, "run_dir": str(run_dir), "seed": args.seed})
-
-
-def _cpu_seconds(pid: int) -> float:
-    proc = psutil.Process(pid)
-    total = 0.0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -109,9 +98,9 @@ def _throttled_round(client: NodeClient, share: float) -> float:
     """CPU seconds per wall second of the node (and its sampler child) over one whole round at
     `share`: the throttle is set as the previous round ends, the CPU read at the two ends."""
     client.set_throttle(share)
-    c0, t0 = _cpu_seconds(client.pid), time.monotonic()
+    c0, t0 = tree_cpu_seconds(client.pid), time.monotonic()
     client.wait_for(lambda e: isinstance(e, P.RoundDone), 1800)
-    return (_cpu_seconds(client.pid) - c0) / (time.monotonic() - t0)
+    return (tree_cpu_seconds(client.pid) - c0) / (time.monotonic() - t0)
 
 
 def _measure_throttle(client: NodeClient, repeats: int) -> dict[float, float]:

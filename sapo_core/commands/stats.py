@@ -14,8 +14,8 @@ from typing import Any
 
 from sapo_core import paths
 from sapo_core.daily import contribution_by_day, day_table
-from sapo_core.store import (STORE_NAME, RunStore, StoreError, contribution_totals, held_out_summary, receipt_totals,
-                             start_of_week)
+from sapo_core.contributions import contribution_totals, held_out_summary, receipt_totals, start_of_week
+from sapo_core.store import STORE_NAME, RunStore, StoreError
 
 
 def configure(p: argparse.ArgumentParser) -> None:

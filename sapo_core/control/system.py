@@ -28,6 +28,8 @@ from pathlib import Path
 
 import psutil
 
+from sapo_core.cpu import busy_seconds, tree_cpu_seconds
+
 FAKE_ENV = "SAPO_FAKE_SYSTEM"
 
 
@@ -67,15 +69,7 @@ class SystemProbe:
 
     def _other_cpu(self) -> float | None:
         """CPU use of other programs since the previous call (None on the first)."""
-        t = psutil.cpu_times()
-        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0)
-        own = 0.0
-        for p in [self._own, *self._own.children(recursive=True)]:
-            try:
-                c = p.cpu_times()
-                own += c.user + c.system
-            except psutil.Error:
-                continue
+        busy, own = busy_seconds(), tree_cpu_seconds(self._own)
         now = time.monotonic()
         last, self._last_cpu = self._last_cpu, (now, busy, own)
         if last is None or now - last[0] < 0.2:

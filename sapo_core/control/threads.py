@@ -20,23 +20,12 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from sapo_core.cpu import busy_seconds, tree_cpu_seconds
 from sapo_core.threadplan import ThreadChoice, choose_threads, collapsed, cpu_limit, others_busy_cores
 
 DOWN_READINGS = 2  # readings a smaller count must hold before the node steps down
 UP_READINGS = 5  # ... and a larger one before it steps up again (slower: growing back is the risk)
 CAP_ROUNDS = 10  # rounds a collapse keeps the count stepped down
-
-
-def tree_cpu_seconds(proc: psutil.Process) -> float:
-    """User + system CPU seconds of a process and all its descendants (gone ones skipped)."""
-    total = 0.0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
 
 
 class CpuMeter:
@@ -47,22 +36,14 @@ class CpuMeter:
         self.proc = proc or psutil.Process()
         self.clock = clock
         self.logical = psutil.cpu_count(logical=True) or 1
-        self._t, self._own, self._busy = clock(), tree_cpu_seconds(self.proc), _busy_seconds()
+        self._t, self._own, self._busy = clock(), tree_cpu_seconds(self.proc), busy_seconds()
 
     def read(self) -> float:
-        now, own, busy = self.clock(), tree_cpu_seconds(self.proc), _busy_seconds()
+        now, own, busy = self.clock(), tree_cpu_seconds(self.proc), busy_seconds()
         dt = max(1e-3, now - self._t)
         own_cores, busy_cores = (own - self._own) / dt, (busy - self._busy) / dt
         self._t, self._own, self._busy = now, own, busy
         return others_busy_cores(100.0 * busy_cores / self.logical, self.logical, own_cores)
-
-
-def _busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy (all CPUs, everything but idle and iowait;
-    Linux counts guest time inside user time already)."""
-    t = psutil.cpu_times()
-    skip = ("idle", "iowait", "guest", "guest_nice")
-    return sum(getattr(t, f) for f in t._fields if f not in skip)
 
 
 def others_now(interval: float = 0.5) -> float:
@@ -70,6 +51,7 @@ def others_now(interval: float = 0.5) -> float:
     meter = CpuMeter()
     time.sleep(interval)
     return meter.read()
+
 
 
 @dataclass
@@ -134,4 +116,4 @@ class ThreadGovernor:
         return None
 
 
-__all__ = ["ThreadGovernor", "CpuMeter", "others_now", "tree_cpu_seconds", "CAP_ROUNDS"]
+__all__ = ["ThreadGovernor", "CpuMeter", "others_now", "CAP_ROUNDS"]

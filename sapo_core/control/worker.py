@@ -186,16 +186,12 @@ class Worker:
     def heartbeat(self) -> None:
         import psutil
 
+        from sapo_core.cpu import tree_usage
+
         me = psutil.Process()
         while not self.done.wait(HEARTBEAT_SECONDS):
             self.ctl.tick()
-            cpu, rss = 0.0, 0
-            for p in [me, *me.children(recursive=True)]:  # the llama.cpp sampler runs in a child
-                try:
-                    t = p.cpu_times()
-                    cpu, rss = cpu + t.user + t.system, rss + p.memory_info().rss
-                except psutil.Error:
-                    continue
+            cpu, rss = tree_usage(me)  # the llama.cpp sampler runs in a child
             self.writer.emit(P.Heartbeat(t=time.time(), state=self.ctl.state, round=self.ctl.round,
                                          cpu_seconds=cpu, rss_bytes=rss, throttle=self.ctl.duty.share))
 
@@ -269,10 +265,10 @@ class Worker:
 
     def _start_governor(self, cfg: NodeConfig, start: int) -> None:
         from sapo_core.control.threads import ThreadGovernor
-        from sapo_core.node import _physical_cores
+        from sapo_core.cpu import physical_cores
 
         fixed = self.ctl.threads if self.ctl.threads else cfg.sampler.threads
-        self.governor = ThreadGovernor.for_config(_physical_cores(), cfg.control.max_cpus_percent,
+        self.governor = ThreadGovernor.for_config(physical_cores(), cfg.control.max_cpus_percent,
                                                   cfg.control.leave_cores, fixed, start)
         threading.Thread(target=self.watch_threads, name="sapo-threads", daemon=True).start()
 

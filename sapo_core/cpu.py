@@ -1,0 +1,50 @@
+"""CPU time and cores as the node counts them: one place for what psutil reports.
+
+A node is a process tree (the node, its llama.cpp sampler child, hivemind's p2pd daemon), so
+what it "used" is the user + system time of the whole tree. The run store bills each round
+with it (`cpu/seconds`), the heartbeat reports it, the thread governor subtracts it from the
+machine's busy time to see what other programs use, and `sapo-bench control` measures the
+throttle by it.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+
+def tree_cpu_seconds(proc: psutil.Process | int | None = None) -> float:
+    """User + system CPU seconds of a process (default: this one; a pid or a Process) and all its
+    descendants; processes that are gone or hidden are skipped."""
+    return tree_usage(proc)[0]
+
+
+def tree_usage(proc: psutil.Process | int | None = None) -> tuple[float, int]:
+    """(CPU seconds, resident bytes) of a process and all its descendants, as `tree_cpu_seconds`."""
+    if proc is None:
+        proc = psutil.Process()
+    elif isinstance(proc, int):
+        proc = psutil.Process(proc)
+    cpu, rss = 0.0, 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            cpu, rss = cpu + t.user + t.system, rss + p.memory_info().rss
+        except psutil.Error:
+            continue
+    return cpu, rss
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all CPUs, everything but idle and iowait;
+    Linux counts guest time inside user time already)."""
+    t = psutil.cpu_times()
+    skip = ("idle", "iowait", "guest", "guest_nice")
+    return sum(getattr(t, f) for f in t._fields if f not in skip)
+
+
+def physical_cores() -> int:
+    """Physical cores (logical CPUs where psutil cannot tell), at least 1."""
+    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+
+
+__all__ = ["tree_cpu_seconds", "tree_usage", "busy_seconds", "physical_cores"]
