@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from sapo_core.probe import Probe
 
 GB = 1e9
+TINY_RANDOM = "tiny-random"  # a 2-layer test model with random weights (policy.py), not in the catalogue
 PROMPT_TOKENS = 128  # ReasoningGYM prompts with the chat template: median 76-89 tokens, max 98 on the default mix
 RUNTIME_GB = 0.5  # python + torch + transformers + peft + hivemind + reasoning-gym + llama_cpp, measured 0.48
 LORA_ACTIVATION_FACTOR = 1.8  # peak RSS growth / saved activations, LoRA step (measured, see above)

@@ -352,7 +352,25 @@ class Evaluator:
         return self.base
 
 
+def eval_within_share(last_eval_seconds: float, rounds_seconds_since: float, share: float) -> bool:
+    """Whether one more evaluation as long as the last keeps evaluation within `share` of the
+    node's time: the rounds since the last one took at least (1 - share) / share times as long."""
+    return share >= 1 or rounds_seconds_since * share >= last_eval_seconds * (1 - share)
+
+
+def held_out_line(m: dict[str, float], untrained: bool) -> str:
+    """The log line of one evaluation's figures (`eval/...`, `time/eval`)."""
+    if untrained:  # the base model's own figure, no gain to speak of
+        gain = " (the base model)"
+    elif "eval/gain" in m:
+        gain = f", gain {m['eval/gain']:+.3f} ({m['eval/gain_ci_low']:+.3f}..{m['eval/gain_ci_high']:+.3f})"
+    else:
+        gain = ""
+    return f"held-out: solve rate {m['eval/solve_rate']:.3f}{gain}, {m['time/eval']:.0f} s"
+
+
 __all__ = ["Evaluator", "start_levels", "EVAL_SEED", "MAX_EVAL_QUESTIONS", "GREEDY_TEMPERATURE", "EvalScores", "EvalSettings", "HeldOut",
            "eval_question", "eval_set", "set_name", "measure", "base_weights", "paired_bootstrap", "summarize",
-           "gains_by_dataset",
+           "gains_by_dataset", "eval_within_share", "held_out_line",
            "base_cache_path", "load_cached", "save_cached"]
+

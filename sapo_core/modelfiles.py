@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from sapo_core.catalog import Catalogue, CatalogEntry, choose_model, load_catalogue
+from sapo_core.catalog import TINY_RANDOM, Catalogue, CatalogEntry, choose_model, load_catalogue
 from sapo_core.config import NodeConfig
 from sapo_core.downloads import DownloadReport
 from sapo_core.fsutil import atomic_write_bytes
-from sapo_core.hooks import Interrupted
+from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 
 Progress = Callable[[int, "int | None"], None]  # (bytes so far, total bytes or None)
 GGUF_MAGIC = b"GGUF"
@@ -263,18 +263,19 @@ def resolve_or_embedded(entry: CatalogEntry, catalogue: Catalogue, cache_dir: Pa
 
 
 @dataclass(frozen=True)
-class ModelSelection:
+class ModelPlan:
     """What the node trains: the file, its catalogue id, the micro-batch that fits, and why."""
 
-    path: Path
+    gguf: Path | None  # the GGUF to train (None for tiny-random)
     model_id: str
     micro_batch_size: int
     why: str
+    tokenizer_gguf: Path | None = None  # the GGUF whose tokenizer tiny-random borrows
 
 
-def model_for_config(cfg: NodeConfig, progress: Progress | None = None) -> ModelSelection:
-    """Detect, choose, resolve (node.py). A fallback to the embedded model keeps the micro-batch
-    the configuration asked for: the embedded model is the smallest."""
+def model_for_config(cfg: NodeConfig, progress: Progress | None = None) -> ModelPlan:
+    """Detect, choose, resolve. A fallback to the embedded model keeps the micro-batch the
+    configuration asked for: the embedded model is the smallest."""
     from sapo_core import paths
     from sapo_core.hardware import detect_hardware
     from sapo_core.probe import load_probe
@@ -286,8 +287,30 @@ def model_for_config(cfg: NodeConfig, progress: Progress | None = None) -> Model
     resolved = resolve_or_embedded(choice.entry, catalogue, None, progress)
     parts = [choice.reason, *choice.warnings] + ([resolved.fallback_reason] if resolved.fallback_reason else [])
     micro = choice.micro_batch_size if resolved.entry.id == choice.entry.id else cfg.train.micro_batch_size
-    return ModelSelection(resolved.path, resolved.entry.id, micro, "; ".join(parts))
+    return ModelPlan(resolved.path, resolved.entry.id, micro, "; ".join(parts))
+
+
+def resolve_model(cfg: NodeConfig, hooks: RoundHooks | None = None) -> ModelPlan:
+    """Which model a node of `cfg` trains, from which file, at which micro-batch, and why: the
+    file named by model.gguf_path, the tiny-random test model, or the catalogue's choice for this
+    machine. A model not downloaded yet is fetched here, its progress reported through `hooks`
+    (downloads.py)."""
+    micro = cfg.train.micro_batch_size
+    if cfg.model.gguf_path:
+        p = Path(cfg.model.gguf_path).expanduser()
+        if not p.is_file():
+            raise ModelUnavailable(f"model.gguf_path {p} does not exist")
+        name = cfg.model.name if cfg.model.name != "auto" else p.stem
+        return ModelPlan(p, name, micro, f"{p.name} (model.gguf_path)")
+    if cfg.model.name == TINY_RANDOM:
+        return ModelPlan(None, TINY_RANDOM, micro, "tiny-random (test model, random weights)",
+                         tokenizer_gguf=embedded_gguf_path())
+    hooks = hooks or NullHooks()
+    # the worker's Controller has `stop_reason`: a stop asked mid-download ends it (other hooks: never)
+    report = DownloadReport(hooks.progress, hooks.log,
+                            should_stop=lambda: getattr(hooks, "stop_reason", None) is not None)
+    return model_for_config(cfg, report)
 
 
 __all__ = ["ModelUnavailable", "ResolvedModel", "resolve_model_file", "resolve_or_embedded", "embedded_gguf_path",
-           "model_for_config", "ModelSelection", "verify_gguf", "default_cache_dir", "PIP_EMBEDDED", "Progress"]
+           "model_for_config", "resolve_model", "ModelPlan", "verify_gguf", "default_cache_dir", "PIP_EMBEDDED", "Progress"]

@@ -1,7 +1,7 @@
 """The SAPO round, top to bottom: sample -> score -> share -> gather -> advantages -> update -> record.
 
-`Node.run_round()` is SAPO's Algorithm 1 for one node and one round. Where we depart from
-the SAPO paper (arXiv 2509.08721) or GRPO:
+`Node.run_round()` is SAPO's Algorithm 1 for one node and one round (docs/architecture.md maps
+each step to its module). Where we depart from the SAPO paper (arXiv 2509.08721) or GRPO:
 - Rounds are not clocked by anyone: each node runs at its own pace and the swarm layer
   publishes into and gathers from DHT time windows (rl-swarm uses a smart contract).
 - External groups are verified, not believed: the swarm layer regenerates every question
@@ -13,83 +13,59 @@ the SAPO paper (arXiv 2509.08721) or GRPO:
 - K optimizer steps per round (config train.steps_per_round, default 2) so the asymmetric
   clip can act; old log-probs come from the first step's own forward (see trainer.py).
 - I, J and G shrink, never below I=1, J=1, G=4, when a round takes much longer than
-  round.target_round_seconds on this machine (auto_scale), and grow back when it is fast.
+  round.target_round_seconds on this machine (roundshape.py), and grow back when it is fast.
 - Completions that stopped by themselves are trained with their stop token, so the policy
   learns when to stop; a peer's completion gets it only when the peer says it finished and
   we did not cut it to our max_new_tokens (record v2). Peers' completions are scored on
   exactly the text that is trained (cut to our limit, verify.py).
-- Peers' completions our current policy finds implausible (mean log-likelihood per token
-  under swarm.likelihood_floor) are dropped as `unlikely` before advantages: a right answer
-  with an injected link or a garbage preamble is not text to imitate (issue 10). Each peer
-  group is trained at most once, and at most swarm.max_external_tokens tokens of them per
-  update.
+- Peers' completions our current policy finds implausible are dropped as `unlikely` before
+  advantages (swarm/likelihood.py): a right answer with an injected link or a garbage preamble
+  is not text to imitate (docs/swarm.md). Each peer group is trained at most once, and at most
+  swarm.max_external_tokens tokens of them per update.
 - A held-out evaluation (`evaluation.py`) runs before round 1, every eval.every_rounds rounds
-  (within eval.max_share of the node's time) and after the last round of a run of set length; training never draws its questions. The
-  reward is correctness (1 right, 0 wrong) unless tasks.partial_credit (issue 11).
-- The default task mix and difficulty are easy ones a 135M model can sometimes solve
-  (FACTS.md: it scores ~0 on the paper's full mix), with a curriculum that raises them.
+  (within eval.max_share of the node's time) and after the last round of a run of set length;
+  training never draws its questions. The reward is correctness (1 right, 0 wrong) unless
+  tasks.partial_credit.
+- The default task mix and difficulty are easy ones a 135M model can sometimes solve (it
+  scores about 0 on the paper's full mix: docs/environment.md), with a curriculum that raises them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import logging
 import random
 import time
-from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from sapo_core import grpo, paths
+from sapo_core import paths
+from sapo_core.batch import external_token_ids, training_batch
 from sapo_core.checkpoint import CheckpointState, Checkpoints
 from sapo_core.config import NodeConfig, dump_config
-from sapo_core.downloads import DownloadReport
-from sapo_core.evaluation import Evaluator, EvalSettings, HeldOut
+from sapo_core.control.threads import starting_threads
+from sapo_core.evaluation import Evaluator, EvalSettings, HeldOut, eval_within_share, held_out_line
+from sapo_core.figures import PhaseTimer, round_figures
 from sapo_core.fsutil import atomic_write_bytes
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
-from sapo_core.policy import TINY_RANDOM, Policy, load_policy
+from sapo_core.modelfiles import resolve_model
+from sapo_core.policy import Policy, load_policy
 from sapo_core.rollouts import Completion, Group
-from sapo_core.sampler import SamplerError, SamplingParams, make_fallback_sampler, make_sampler
-from sapo_core.sampler.llamacpp import DRIFT_LIMIT
+from sapo_core.roundshape import RoundShape
+from sapo_core.sampler import SamplerError, SamplingParams
+from sapo_core.sampler.resilient import ResilientSampler
 from sapo_core.store import STORE_NAME, RunStore
+from sapo_core.swarm.likelihood import filter_unlikely
 from sapo_core.tasks import TaskSet
-from sapo_core.swarm.verify import likelihood_score
 from sapo_core.trainer import Trainer, TrainSequence
+
+log = logging.getLogger(__name__)
 
 
 class NodeError(RuntimeError):
     """The node cannot run; the message says what to change."""
-
-
-@dataclass
-class RoundShape:
-    """What a round holds after auto-scaling: I local groups, J external, G per group."""
-
-    local: int
-    external: int
-    group_size: int
-
-    def shrink(self) -> bool:
-        if self.local > 1 or self.external > 1:
-            self.local, self.external = max(1, self.local // 2), max(1 if self.external else 0, self.external // 2)
-            return True
-        if self.group_size > 4:
-            self.group_size = max(4, self.group_size // 2)
-            return True
-        return False
-
-    def grow(self, limit: "RoundShape") -> bool:
-        if self.group_size < limit.group_size:
-            self.group_size = min(limit.group_size, self.group_size * 2)
-            return True
-        if self.local < limit.local or self.external < limit.external:
-            self.local = min(limit.local, self.local * 2)
-            self.external = min(limit.external, max(1, self.external * 2) if limit.external else 0)
-            return True
-        return False
 
 
 def mixed_seed(*parts: Any) -> int:
@@ -108,10 +84,9 @@ class Node:
         self.next_round = 1
         self.shape = RoundShape(cfg.round.local_groups, cfg.round.external_groups, cfg.sampler.group_size)
         self._source = source
-        self._sampler = None
-        self._sampler_reason = ""
+        self._sampler: ResilientSampler | None = None
         self._sampler_factory = sampler_factory
-        self._receipts: list[tuple[str, int, int]] = []  # external groups trained last round
+        self._receipts: list[tuple[str, int, int]] = []  # peers' groups trained last round: named in our next record
         self._evaluator = None
         self._identity = "alone"
         self.threads = 0  # the compute threads in use (set in setup)
@@ -125,30 +100,27 @@ class Node:
         self.threads = threads = self.choose_threads()
         torch.set_num_threads(threads)
         plan = resolve_model(cfg, hooks)
-        hooks.log("info", f"model: {plan.why}")
+        log.info(f"model: {plan.why}")
         if plan.micro_batch_size < cfg.train.micro_batch_size:
-            hooks.log("info", f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
+            log.info(f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
         self.policy = load_policy(cfg.model, plan.gguf, paths.cache_dir() / "hf", seed=cfg.seed,
                                   tokenizer_gguf=plan.tokenizer_gguf, model_id=plan.model_id)
         self.trainer = Trainer(self.policy, cfg.train, temperature=cfg.sampler.temperature)
         if self._source is None:
             self._source = self._open_source()
-        identity = getattr(self._source, "node_id", "alone") if self._source else "alone"
-        self._identity = identity
+        self._identity = identity = getattr(self._source, "node_id", "alone") if self._source else "alone"
         # nodes of one swarm must not all draw the same questions: the seed mixes in the identity;
         # training skips the held-out evaluation's questions, also with evaluation off: what we
         # train on we share, and peers evaluate on the same set
         self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity), held_out=HeldOut(cfg.eval.questions))
         self._resume()
         self._write_config_snapshot()
-        if self._sampler_factory is not None:
-            self._sampler, self._sampler_reason = self._sampler_factory(self), "given by the caller"
-        else:
-            self._sampler, self._sampler_reason = make_sampler(cfg.sampler, self.policy, paths.cache_dir())
+        given = self._sampler_factory(self) if self._sampler_factory is not None else None
+        self._sampler = ResilientSampler(cfg.sampler, self.policy, paths.cache_dir(), given, "given by the caller")
         self._sampler.set_threads(threads)
         self._sampler.sync_policy(self.policy)
-        hooks.log("info", f"sampler: {self._sampler_reason}")
+        log.info(f"sampler: {self._sampler.reason}")
         self._evaluator = None
         if cfg.eval.enabled:
             settings = EvalSettings(samples=cfg.eval.samples, greedy=cfg.eval.greedy,
@@ -192,10 +164,11 @@ class Node:
             self.shape = RoundShape(**shape)
         if "tasks" in state.extra:
             self.tasks.load_state_dict(state.extra["tasks"])
+        self._receipts = [tuple(x) for x in state.extra.get("receipts", [])]
         if not self.store.has_round(state.round) and "metrics" in state.extra:
             # the crash fell between the checkpoint and the store row: restore the row
             self.store.record_round(state.round, state.extra["metrics"], state.extra.get("started", time.time()))
-        self.hooks.log("info", f"resumed after round {state.round}")
+        log.info(f"resumed after round {state.round}")
 
     def _write_config_snapshot(self) -> None:
         atomic_write_bytes(self.run_dir / "config.toml", dump_config(self.cfg).encode())
@@ -209,7 +182,7 @@ class Node:
         cfg, hooks, policy, shape = self.cfg, self.hooks, self.policy, self.shape
         r = self.next_round
         started = time.time()
-        timer = _PhaseTimer()
+        timer = PhaseTimer()
         rng = random.Random(mixed_seed(cfg.seed, "round", r))
         evaluated: dict[str, float] = {}
         if r == 1 and self._evaluator is not None:  # round 0: the base model, before any update
@@ -219,13 +192,13 @@ class Node:
         # 1. sample: I questions of our own, G completions each
         with timer("sample"):
             questions = self.tasks.sample_questions(r, shape.local)
-            prompts = [policy.encode_prompt(self.tasks.messages(q)) for q in questions]
+            prompts = [self._prompt(q) for q in questions]
             # the identity too: nodes at the same round must not draw the same per-token randomness
             seeds = [mixed_seed(cfg.seed, self._identity, r, k) for k in range(len(questions))]
             params = SamplingParams(n=shape.group_size, max_new_tokens=cfg.sampler.max_new_tokens,
                                     temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p,
                                     stop_token_ids=policy.eos_ids)
-            samples = self._sample(prompts, seeds, params)
+            samples = self._sampler.sample(prompts, seeds, params, hooks)
 
         # 2. score with our own rewards
         with timer("score"):
@@ -240,7 +213,7 @@ class Node:
             for g in local:  # the curriculum follows our own accuracy
                 change = self.tasks.observe(g)
                 if change is not None:
-                    hooks.log("info", f"curriculum: {change}")
+                    log.info(f"curriculum: {change}")
 
         # 3. share our groups with the swarm, 4. gather J verified groups from peers
         # (neither may stop the round: a failure is counted, logged and costs this round's sharing)
@@ -254,18 +227,23 @@ class Node:
                 hooks.progress("gather", 0, 1)
                 external = self._swarm_step("gather", swarm_failures, self._source.gather, r, shape.external, rng) or []
             with timer("likelihood"):
-                external = self._drop_unlikely(external, swarm_failures)
+                external = self._keep_likely(external, swarm_failures)
 
-        # 5. advantages, group by group
+        # 5. advantages, group by group (the receipts name the peers' groups that train)
         with timer("prepare"):
-            train_seqs, trained_groups = self._training_sequences(local, prompts, external, swarm_failures)
+            batch = training_batch(policy, self._prompt, local, prompts, external,
+                                   max_new_tokens=cfg.sampler.max_new_tokens, skip_flat=cfg.train.kl_beta == 0,
+                                   external_token_budget=cfg.swarm.max_external_tokens)
+            if batch.capped:
+                swarm_failures["swarm/external_tokens_capped"] = float(batch.capped)
 
         # 6. update the policy, then let the sampler follow it
         with timer("update"):
-            figures = self.trainer.update(train_seqs, hooks) if train_seqs else {"train/steps": 0.0}
+            figures = self.trainer.update(batch.sequences, hooks) if batch.sequences else {"train/steps": 0.0}
         with timer("sync"):
-            if train_seqs:
-                self._check_drift(figures.get("sampler/logprob_drift"))
+            if batch.sequences:
+                if self._sampler.check_drift(figures.get("sampler/logprob_drift")):
+                    self.cfg = cfg = cfg.replace(**{"sampler.quantization": "f16"})
                 self._sampler.sync_policy(policy)
 
         # 7. held-out evaluation every eval.every_rounds (within eval.max_share) and at the end of the run
@@ -274,7 +252,9 @@ class Node:
                 evaluated.update(self.evaluate())
 
         # 8. record: figures, the next round's size, checkpoint (atomic), store row
-        metrics = self._round_figures(local, external, trained_groups, samples, timer)
+        levels = {d: self.tasks.curriculum.level(d) for d in self.tasks.datasets}
+        metrics = round_figures(local, external, batch.groups, samples, timer.seconds, shape, levels,
+                                self._sampler.name)
         metrics.update(figures)
         metrics.update(evaluated)
         if self._source is not None:
@@ -286,6 +266,7 @@ class Node:
         # the round's own time, without the evaluation: that is what auto-scaling sizes
         metrics["time/round"] = time.time() - started - timer.seconds.get("eval", 0.0)
         self._autoscale(metrics["time/round"])  # before the checkpoint: a resumed node runs at the new size
+        self._receipts = batch.receipts  # named in our next round's record (and checkpointed for it)
         with timer("save"):
             hooks.progress("save", 0, 1)
             self._save(r, metrics, started)
@@ -300,7 +281,7 @@ class Node:
 
     def _swarm_step(self, what: str, failures: dict[str, float], fn, *args):
         """fn(*args), or None after counting it (_SWARM_FAILURE_METRIC) and logging: whatever a
-        peer sent or the network did, the round goes on (issue 10). Stopping still stops."""
+        peer sent or the network did, the round goes on. Stopping still stops."""
         metric = self._SWARM_FAILURE_METRIC[what]
         failures.setdefault(metric, 0.0)
         try:
@@ -309,8 +290,7 @@ class Node:
             raise
         except Exception as e:
             failures[metric] += 1.0
-            self.hooks.log("error", f"swarm: {what} failed, this round goes on without sharing: "
-                                    f"{type(e).__name__}: {e}")
+            log.error(f"swarm: {what} failed, this round goes on without sharing: {type(e).__name__}: {e}")
             return None
 
     def _eval_due(self, r: int) -> bool:
@@ -329,210 +309,61 @@ class Node:
             return {}
         t0 = time.perf_counter()
         try:
-            m = self._evaluator.run(self._sampler, self.policy, self.hooks)
-        except SamplerError as e:  # the next round's sampling falls back to transformers; skip this one
-            self.hooks.log("error", f"held-out evaluation skipped: sampler {self._sampler.name} failed ({e})")
+            # the backend itself: a crash skips this evaluation, and the next round's sampling falls back
+            m = self._evaluator.run(self._sampler.inner, self.policy, self.hooks)
+        except SamplerError as e:
+            log.error(f"held-out evaluation skipped: sampler {self._sampler.name} failed ({e})")
             return {}
         m["time/eval"] = time.perf_counter() - t0
-        if self.policy.version == 0:  # untrained: the base model's own figure, no gain to speak of
-            gain = " (the base model)"
-        elif "eval/gain" in m:
-            gain = f", gain {m['eval/gain']:+.3f} ({m['eval/gain_ci_low']:+.3f}..{m['eval/gain_ci_high']:+.3f})"
-        else:
-            gain = ""
-        self.hooks.log("info", f"held-out: solve rate {m['eval/solve_rate']:.3f}{gain}, {m['time/eval']:.0f} s")
+        log.info(held_out_line(m, untrained=self.policy.version == 0))
         return m
 
-    def _check_drift(self, drift: float | None) -> None:
-        """Sampler and trainer disagree on the sampled tokens' log-probs beyond DRIFT_LIMIT: the
-        importance ratios are then off from the first step. Sample from the F16 export instead."""
-        if drift is None or not drift > DRIFT_LIMIT or self._sampler.name != "llamacpp":
-            return
-        if self.cfg.sampler.quantization == "f16":
-            self.hooks.log("warning", f"sampler log-probs drift {drift:.3f} nats/token from the trainer's "
-                                      f"(limit {DRIFT_LIMIT}) even on the F16 export")
-            return
-        self.hooks.log("warning", f"sampler log-probs drift {drift:.3f} nats/token from the trainer's (limit "
-                                  f"{DRIFT_LIMIT}) with sampler.quantization = {self.cfg.sampler.quantization}: "
-                                  "switching to the F16 export (set sampler.quantization = \"f16\" to keep it)")
-        self.cfg = self.cfg.replace(**{"sampler.quantization": "f16"})
-        old = self._sampler
-        try:
-            self._sampler, self._sampler_reason = make_sampler(self.cfg.sampler, self.policy, paths.cache_dir())
-        except SamplerError as e:
-            self.hooks.log("error", f"could not start the F16 sampler ({e}); keeping the old one")
-            return
-        old.close()
-        self._sampler.set_threads(self.cfg.sampler.threads or _physical_cores())
+    def _prompt(self, question) -> list[int]:
+        return self.policy.encode_prompt(self.tasks.messages(question))
 
-    def _sample(self, prompts, seeds, params):
-        try:
-            return self._sampler.sample(prompts, seeds, params, self.hooks)
-        except SamplerError as e:
-            # a native crash in llama.cpp must not kill the node: continue on transformers
-            self.hooks.log("error", f"sampler {self._sampler.name} failed ({e}); falling back to transformers")
-            self._sampler.close()
-            self._sampler = make_fallback_sampler(self.policy)
-            self._sampler_reason = f"transformers (fallback after: {e})"
-            return self._sampler.sample(prompts, seeds, params, self.hooks)
+    def _keep_likely(self, external: list[Group], failures: dict[str, float]) -> list[Group]:
+        """Peers' groups less the completions our policy finds implausible (swarm/likelihood.py),
+        counted as `unlikely`; a peer most of whose completions were is struck."""
+        verdict = filter_unlikely(external, self._peer_logprobs, self.cfg.swarm.likelihood_floor,
+                                  self.cfg.swarm.likelihood_window)
+        failures["swarm/unlikely"] = float(verdict.unlikely)
+        if verdict.groups_dropped:
+            failures["swarm/unlikely_groups"] = float(verdict.groups_dropped)
+        for peer, (bad, strike) in verdict.peers.items():
+            self._swarm_step("reject", failures, self._source.reject, peer, "unlikely", bad, strike)
+        return verdict.kept
 
-    def _external_ids(self, c: Completion) -> list[int]:
-        """A peer's completion as we train it: our token ids of exactly the text we scored (the
-        source cut it to our max_new_tokens), with our stop token only if the peer says it
-        finished and it was not cut (record v2)."""
+    def _peer_logprobs(self, pairs) -> list[list[float]]:
+        """Our policy's per-token log-probs of peers' completions, exactly as they would train."""
         max_new = self.cfg.sampler.max_new_tokens
-        full = list(c.token_ids) if c.token_ids is not None else self.policy.encode_completion(c.text)
-        ids = full[:max_new]
-        return ids + [self.policy.tokenizer.eos_token_id] if c.finished and len(full) <= max_new else ids
-
-    def _drop_unlikely(self, external: list[Group], failures: dict[str, float]) -> list[Group]:
-        """Peers' completions under the likelihood floor dropped (counted as `unlikely`, per peer);
-        a group left with fewer than two completions or no reward spread goes whole."""
-        floor = self.cfg.swarm.likelihood_floor
-        failures.setdefault("swarm/unlikely", 0.0)
-        if not external or floor >= 0:
-            return external
-        seqs, owners = [], []
-        for gi, g in enumerate(external):
-            prompt = self.policy.encode_prompt(self.tasks.messages(g.question))
-            for c in g.completions:
-                seqs.append(TrainSequence(prompt, self._external_ids(c), 0.0))
-                owners.append(gi)
-        window = self.cfg.swarm.likelihood_window
-        scores = [likelihood_score(lps, window) for lps in self.trainer.completion_logprobs(seqs, self.hooks)]
-        by_group: dict[int, list[float]] = defaultdict(list)
-        for gi, m in zip(owners, scores):
-            by_group[gi].append(m)
-        kept: list[Group] = []
-        per_peer: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # peer -> [unlikely, completions]
-        for gi, g in enumerate(external):
-            likely = [c for c, m in zip(g.completions, by_group[gi]) if not m < floor]  # NaN: no tokens, kept
-            dropped = len(g.completions) - len(likely)
-            per_peer[g.source][0] += dropped
-            per_peer[g.source][1] += len(g.completions)
-            failures["swarm/unlikely"] += dropped
-            if dropped:
-                g = Group(g.question, likely, source=g.source, round=g.round, index=g.index)
-            if len(g.completions) >= 2 and g.has_signal():
-                kept.append(g)
-            else:
-                failures["swarm/unlikely_groups"] = failures.get("swarm/unlikely_groups", 0.0) + 1
-        for peer, (bad, total) in per_peer.items():
-            if bad:  # a few honest completions fall under the floor too: a strike only for mostly-unlikely
-                self._swarm_step("reject", failures, self._source.reject, peer, "unlikely", bad, 2 * bad > total)
-        return kept
-
-    def _training_sequences(self, local: list[Group], prompts: list[list[int]], external: list[Group],
-                            failures: dict[str, float] | None = None):
-        policy = self.policy
-        eos = policy.tokenizer.eos_token_id
-        seqs: list[TrainSequence] = []
-        trained = 0
-        skip_flat = self.cfg.train.kl_beta == 0  # zero advantage and no KL: no gradient at all
-        for g, prompt in zip(local, prompts):
-            adv = grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()
-            if skip_flat and not g.has_signal():
-                continue
-            trained += 1
-            for c, a in zip(g.completions, adv):
-                ids, lps = list(c.token_ids or []), list(c.sample_logprobs or [])
-                if c.finished:  # learn to stop: the stop token is part of what was sampled
-                    ids, lps = ids + [eos], lps + [float("nan")]  # its sampling log-prob is not reported
-                seqs.append(TrainSequence(prompt, ids, a, lps if c.sample_logprobs is not None else None))
-        budget = self.cfg.swarm.max_external_tokens or float("inf")
-        receipts: list[tuple[str, int, int]] = []
-        for g in external:
-            adv = grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()
-            if skip_flat and not g.has_signal():
-                continue
-            # re-tokenised with our tokenizer, as if our policy had written it (paper §3)
-            ids = [self._external_ids(c) for c in g.completions]
-            tokens = sum(len(x) for x in ids)
-            if tokens > budget:  # whole groups only: a group's advantages need all of it
-                if failures is not None:
-                    failures["swarm/external_tokens_capped"] = failures.get("swarm/external_tokens_capped", 0) + 1
-                continue
-            budget -= tokens
-            trained += 1
-            receipts.append((g.source, g.round, g.index))
-            prompt = policy.encode_prompt(self.tasks.messages(g.question))
-            for x, a in zip(ids, adv):
-                seqs.append(TrainSequence(prompt, x, a, None))
-        self._receipts = receipts  # published with next round's record
-        return seqs, trained
-
-    def _round_figures(self, local, external, trained_groups, samples, timer) -> dict[str, float]:
-        per_task: dict[str, list[float]] = defaultdict(list)
-        for g in local:
-            per_task[g.question.id.dataset].extend(g.rewards)
-        rewards = [x for g in local for x in g.rewards]
-        m: dict[str, float] = {
-            "reward/mean": _mean(rewards),
-            "reward/sum": float(sum(rewards)) / max(1, self.shape.group_size),  # per question, as the paper sums
-            "accuracy/mean": _mean([1.0 if x >= 1.0 else 0.0 for x in rewards]),
-            "groups/local": float(len(local)),
-            "groups/local_with_signal": float(sum(g.has_signal() for g in local)),
-            "groups/external": float(len(external)),
-            "groups/external_share": len(external) / max(1, len(local) + len(external)),
-            "groups/trained": float(trained_groups),
-            "round/local_groups": float(self.shape.local),
-            "round/external_groups": float(self.shape.external),
-            "round/group_size": float(self.shape.group_size),
-        }
-        for task in self.tasks.datasets:
-            m[f"curriculum/{task}_level"] = float(self.tasks.curriculum.level(task))
-        for task, xs in per_task.items():
-            m[f"reward/{task}"] = _mean(xs)
-            m[f"accuracy/{task}"] = _mean([1.0 if x >= 1.0 else 0.0 for x in xs])
-        if external:
-            m["reward/external_mean"] = _mean([x for g in external for x in g.rewards])
-        n_tok = sum(len(s.token_ids) for group in samples for s in group)
-        n_seq = sum(len(group) for group in samples)
-        m["tokens/sampled"] = float(n_tok)
-        m["completions/mean_tokens"] = n_tok / max(1, n_seq)
-        m["completions/finished_frac"] = _mean([1.0 if s.finished else 0.0 for group in samples for s in group])
-        m["sampler/tok_per_s"] = n_tok / timer.seconds["sample"] if timer.seconds["sample"] > 0 else 0.0
-        m["sampler/backend_llamacpp"] = 1.0 if self._sampler.name == "llamacpp" else 0.0
-        for phase, secs in timer.seconds.items():
-            m[f"time/{phase}"] = secs
-        return m
+        seqs = [TrainSequence(self._prompt(g.question), external_token_ids(self.policy, c, max_new), 0.0)
+                for g, c in pairs]
+        return self.trainer.completion_logprobs(seqs, self.hooks)
 
     def _save(self, r: int, metrics: dict[str, float], started: float) -> None:
         state = CheckpointState(
             round=r, model_id=self.policy.model_id, lora_rank=self.policy.lora_rank,
             policy_version=self.policy.version,
             extra={"metrics": metrics, "started": started, "shape": self.shape.__dict__.copy(),
-                   "tasks": self.tasks.state_dict()},
+                   "tasks": self.tasks.state_dict(), "receipts": [list(x) for x in self._receipts]},
         )
         self.checkpoints.save(state, self.policy.trainable_state_dict(), self.trainer.state_dict())
 
     def _autoscale(self, seconds: float) -> None:
-        if not self.cfg.round.auto_scale:
-            return
-        target = self.cfg.round.target_round_seconds
-        limit = RoundShape(self.cfg.round.local_groups, self.cfg.round.external_groups, self.cfg.sampler.group_size)
-        before = dict(self.shape.__dict__)
-        if seconds > 1.5 * target and self.shape.shrink():
-            why = f"round took {seconds:.0f} s, target {target:.0f} s"
-        elif seconds < 0.4 * target and self.shape.grow(limit):
-            why = f"round took {seconds:.0f} s, well under {target:.0f} s"
-        else:
-            return
-        self.hooks.log("info", f"round size {before} -> {self.shape.__dict__}: {why}")
+        c = self.cfg
+        limit = RoundShape(c.round.local_groups, c.round.external_groups, c.sampler.group_size)
+        change = self.shape.rescale(seconds, c.round.target_round_seconds, limit) if c.round.auto_scale else None
+        if change:
+            log.info(change)
 
     # --- control ------------------------------------------------------------------------
     def choose_threads(self) -> int:
         """sampler.threads when set; else what the CPU has free now, within the user's limit
-        (threadplan.py; the worker's governor adapts it while running)."""
-        if self.cfg.sampler.threads:
-            return self.cfg.sampler.threads
-        from sapo_core.control.threads import others_now
-        from sapo_core.threadplan import choose_threads, cpu_limit
-
-        cores, c = _physical_cores(), self.cfg.control
-        limit, why = cpu_limit(cores, c.max_cpus_percent, c.leave_cores)
-        choice = choose_threads(cores, others_now(0.5), limit)
-        self.hooks.log("info", f"threads: {choice.reason}; {why}")
+        (the worker's governor adapts it while running)."""
+        c = self.cfg.control
+        choice = starting_threads(self.cfg.sampler.threads, c.max_cpus_percent, c.leave_cores)
+        if not self.cfg.sampler.threads:
+            log.info(f"threads: {choice.reason}")
         return choice.threads
 
     def set_threads(self, n: int) -> None:
@@ -556,70 +387,9 @@ class Node:
                 try:
                     part.close()
                 except Exception as e:  # closing must not mask the reason we are closing
-                    self.hooks.log("warning", f"while closing {type(part).__name__}: {e}")
+                    log.warning(f"while closing {type(part).__name__}: {e}")
         if hasattr(self, "store"):
             self.store.close()
 
 
-@dataclass(frozen=True)
-class ModelPlan:
-    gguf: Path | None  # the GGUF to train (None for tiny-random)
-    tokenizer_gguf: Path | None  # the GGUF whose tokenizer tiny-random borrows
-    model_id: str
-    micro_batch_size: int
-    why: str
-
-
-def resolve_model(cfg: NodeConfig, hooks: RoundHooks | None = None) -> ModelPlan:
-    """Which model this node trains, from which file, at which micro-batch, and why. A model not
-    downloaded yet is fetched here, its progress reported through `hooks` (downloads.py)."""
-    micro = cfg.train.micro_batch_size
-    if cfg.model.gguf_path:
-        p = Path(cfg.model.gguf_path).expanduser()
-        if not p.is_file():
-            raise NodeError(f"model.gguf_path {p} does not exist")
-        name = cfg.model.name if cfg.model.name != "auto" else p.stem
-        return ModelPlan(p, None, name, micro, f"{p.name} (model.gguf_path)")
-    from sapo_core import modelfiles
-
-    if cfg.model.name == TINY_RANDOM:
-        return ModelPlan(None, modelfiles.embedded_gguf_path(), TINY_RANDOM, micro,
-                         "tiny-random (test model, random weights)")
-    hooks = hooks or NullHooks()
-    # the worker's Controller has `stop_reason`: a stop asked mid-download ends it (other hooks: never)
-    report = DownloadReport(hooks.progress, hooks.log,
-                            should_stop=lambda: getattr(hooks, "stop_reason", None) is not None)
-    sel = modelfiles.model_for_config(cfg, report)
-    return ModelPlan(sel.path, None, sel.model_id, sel.micro_batch_size, sel.why)
-
-
-def eval_within_share(last_eval_seconds: float, rounds_seconds_since: float, share: float) -> bool:
-    """Whether one more evaluation as long as the last keeps evaluation within `share` of the
-    node's time: the rounds since the last one took at least (1 - share) / share times as long."""
-    return share >= 1 or rounds_seconds_since * share >= last_eval_seconds * (1 - share)
-
-
-class _PhaseTimer:
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    @contextlib.contextmanager
-    def __call__(self, phase: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[phase] += time.perf_counter() - t0
-
-
-def _mean(xs: list[float]) -> float:
-    return float(sum(xs) / len(xs)) if xs else 0.0
-
-
-def _physical_cores() -> int:
-    import psutil
-
-    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-
-
-__all__ = ["Node", "NodeError", "ModelPlan", "RoundShape", "resolve_model", "mixed_seed"]
+__all__ = ["Node", "NodeError", "mixed_seed"]

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
+from sapo_core.catalog import TINY_RANDOM
 from sapo_core.config import ModelConfig
 from sapo_core.fsutil import atomic_write_bytes
 
-TINY_RANDOM = "tiny-random"
 
 
 class ModelLoadError(RuntimeError):

@@ -1,10 +1,11 @@
 """What a round costs on this machine, measured once and cached: the round-time estimates' basis.
 
-The formula in catalog.py guessed a round of the embedded model at 143-163 s on this machine
-from throughput anchors and max_new_tokens-long answers; real rounds took 20-25 s (issue 12),
-so larger models were wrongly called slow. `run_probe` runs two real rounds of the embedded
-model (`PROBE_SHAPE`: 2 questions x 4 completions of at most 64 tokens, training alone, with
-the node's own threads; the second, warm round is kept) and records what they cost:
+The formula in catalog.py guesses a round from throughput anchors and answers as long as
+max_new_tokens; real rounds of the embedded model took a fraction of that (docs/calibration.md),
+so larger models were wrongly called slow. `sapo-node hardware --probe` (`commands/hardware.py`,
+`run_probe`) runs two real rounds of the embedded model (`PROBE_SHAPE`: 2 questions x 4
+completions of at most 64 tokens, training alone, with the node's own threads; the second, warm
+round is kept) and records here what they cost:
 
 - `sample_tok_s`: sampled tokens per second over the whole sampling phase (prefill included);
 - `train_tok_s`: tokens the trainer processed per second (`train/tok_per_s`: K steps,
@@ -15,16 +16,15 @@ the node's own threads; the second, warm round is kept) and records what they co
 `catalog.estimate_round(..., probe=)` scales these by parameters for other models (a bigger
 model cannot be run here without downloading it) and by cores when the profile differs.
 The cache (`probe.json` in the cache directory) is keyed by the machine: CPU model, cores,
-RAM, threads, torch and llama.cpp versions; `sapo-node hardware --probe` refreshes it.
+RAM, threads, torch and llama.cpp versions. This module only reads, writes and derives; it
+imports nothing of the node.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import platform
-import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -144,35 +144,5 @@ def probe_from_metrics(m: dict[str, float], machine: str, model_id: str, params:
                  overhead_seconds=max(0.0, rnd - sample - update), round_seconds=rnd, measured_at=time.time())
 
 
-def run_probe(cache_dir: Path, log=print) -> Probe:
-    """Two real rounds of the embedded model (the second kept); cached; ~30-60 s with the load."""
-    from sapo_core.catalog import load_catalogue
-    from sapo_core.config import NodeConfig
-    from sapo_core.node import Node
-
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in the node process (worker.py)
-    entry = load_catalogue().embedded
-    with tempfile.TemporaryDirectory(prefix="sapo-probe-") as tmp:
-        cfg = NodeConfig().replace(**{"model.name": entry.id, "swarm.enabled": False, "round.external_groups": 0,
-                                      "round.auto_scale": False, "train.kl_beta": 0.01, "run_dir": tmp,
-                                      **PROBE_SHAPE})
-        node = Node(cfg)
-        t0 = time.perf_counter()
-        node.setup()
-        log(f"probe: {entry.id} loaded in {time.perf_counter() - t0:.0f} s, {node.threads} thread(s)")
-        try:
-            node.run_round()
-            m = node.run_round()
-        finally:
-            node.close()
-        probe = probe_from_metrics(m, machine_key(node.threads), entry.id, entry.params, node.threads,
-                                   PROBE_SHAPE["round.local_groups"])
-    log(f"probe: round {probe.round_seconds:.1f} s: sampling {probe.sample_tok_s:.0f} tok/s, training "
-        f"{probe.train_tok_s:.0f} tok/s, answers {probe.completion_tokens:.1f} tokens, prompts "
-        f"{probe.prompt_tokens:.0f}, other {probe.overhead_seconds:.1f} s")
-    save_probe(cache_dir, probe)
-    return probe
-
-
-__all__ = ["Probe", "PROBE_FILE", "PROBE_SHAPE", "machine_key", "load_probe", "save_probe", "probe_from_metrics",
-           "run_probe"]
+__all__ = ["Probe", "PROBE_FILE", "PROBE_SHAPE", "machine_key", "load_probe", "save_probe",
+           "probe_from_metrics"]

@@ -11,7 +11,9 @@ import torch
 
 from sapo_core.config import NodeConfig
 from sapo_core.hooks import Interrupted, NullHooks
-from sapo_core.node import Node, RoundShape, eval_within_share
+from sapo_core.batch import external_token_ids
+from sapo_core.evaluation import eval_within_share
+from sapo_core.node import Node
 from sapo_core.rollouts import Completion, Group
 from sapo_core.tasks import TaskSet
 from sapo_core.contributions import receipt_totals
@@ -96,13 +98,16 @@ def test_rounds_are_recorded_and_resume_where_they_stopped(tmp_path, data_dir):
     assert m1["swarm/stats_failed"] == 0
     store.close()
 
-    again = Node(cfg)
+    resumed_source = SolvedGroups(cfg.tasks)
+    again = Node(cfg, source=resumed_source)
     again.setup()
     assert again.next_round == 3
     resumed = trainable(again)
     assert all(torch.equal(after[k], resumed[k]) for k in after)
     again.run_round()
     again.close()
+    # the receipts of round 2's training were checkpointed: the restarted node still names them
+    assert resumed_source.receipts == [[("peer-x", 2, 0)]]
     store = RunStore(tmp_path / "run" / "rounds.sqlite")
     assert [r.round for r in store.rounds()] == [1, 2, 3]
 
@@ -157,21 +162,6 @@ def test_a_run_of_another_model_is_refused(tmp_path, data_dir):
     other.close()
 
 
-def test_round_shape_shrinks_and_grows_within_limits():
-    s = RoundShape(4, 4, 8)
-    seen = []
-    while s.shrink():
-        seen.append((s.local, s.external, s.group_size))
-    assert seen == [(2, 2, 8), (1, 1, 8), (1, 1, 4)]
-    limit = RoundShape(4, 4, 8)
-    while s.grow(limit):
-        pass
-    assert (s.local, s.external, s.group_size) == (4, 4, 8)
-    alone = RoundShape(4, 0, 8)
-    alone.shrink()
-    assert alone.external == 0
-
-
 @pytest.mark.slow
 def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir):
     """The embedded SmolLM2-135M, llama.cpp sampling (transformers where llama.cpp is absent)."""
@@ -218,18 +208,9 @@ class RaisingSource(SolvedGroups):
         raise TypeError("cannot use a bytes pattern on a string-like object")
 
 
-class LogHooks(NullHooks):
-    def __init__(self):
-        self.lines = []
-
-    def log(self, level, message):
-        self.lines.append((level, message))
-
-
-def test_a_gather_or_publish_that_raises_costs_the_round_its_sharing_not_the_round(tmp_path, data_dir):
+def test_a_gather_or_publish_that_raises_costs_the_round_its_sharing_not_the_round(tmp_path, data_dir, caplog):
     cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 2})
-    hooks = LogHooks()
-    node = Node(cfg, hooks=hooks, source=RaisingSource(cfg.tasks, publish_raises=True))
+    node = Node(cfg, source=RaisingSource(cfg.tasks, publish_raises=True))
     node.setup()
     m = node.run_round()
     node._source.publish_raises = False
@@ -239,7 +220,8 @@ def test_a_gather_or_publish_that_raises_costs_the_round_its_sharing_not_the_rou
     assert m["swarm/gather_failed"] == 1 and m["swarm/publish_raised"] == 1 and m["groups/external"] == 0
     assert m2["swarm/gather_failed"] == 1 and m2["swarm/publish_raised"] == 0
     assert m["swarm/peers"] == 1.0  # the source's own figures still recorded
-    assert any(level == "error" and "gather failed" in msg and "TypeError" in msg for level, msg in hooks.lines)
+    assert any(r.levelname == "ERROR" and "gather failed" in r.getMessage() and "TypeError" in r.getMessage()
+               for r in caplog.records)
     from sapo_core.store import STORE_NAME
 
     store = RunStore(tmp_path / "run" / STORE_NAME)
@@ -268,32 +250,33 @@ def test_a_peer_completion_gets_our_stop_token_only_if_finished_and_not_cut(tmp_
     try:
         eos, max_new = node.policy.tokenizer.eos_token_id, cfg.sampler.max_new_tokens
         short = node.policy.encode_completion("Answer: 4")
-        assert node._external_ids(Completion("Answer: 4", finished=True)) == short + [eos]
-        assert node._external_ids(Completion("Answer: 4", finished=False)) == short
+        assert external_token_ids(node.policy, Completion("Answer: 4", finished=True), max_new) == short + [eos]
+        assert external_token_ids(node.policy, Completion("Answer: 4", finished=False), max_new) == short
         long_text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
-        ids = node._external_ids(Completion(long_text, finished=True))
+        ids = external_token_ids(node.policy, Completion(long_text, finished=True), max_new)
         assert len(ids) == max_new and eos not in ids  # cut: never told it stopped
         cut_ids = node.policy.encode_completion(long_text)[:max_new]
-        assert node._external_ids(Completion("x", token_ids=cut_ids, finished=False)) == cut_ids  # the verifier's ids
+        verifiers = Completion("x", token_ids=cut_ids, finished=False)  # the verifier's ids
+        assert external_token_ids(node.policy, verifiers, max_new) == cut_ids
     finally:
         node.close()
 
 
-# --- held-out evaluation, seeds, checkpoint order, drift (issue 11) --------------------------------
+# --- held-out evaluation, seeds, checkpoint order, drift --------------------------------
 
 
-def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tmp_path, data_dir):
+def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tmp_path, data_dir, caplog):
     cfg = tiny_config(tmp_path / "run", **{"eval.enabled": True, "eval.questions": 2, "eval.samples": 2,
                                            "eval.every_rounds": 3, "eval.max_share": 1.0,
                                            "round.external_groups": 1})
-    hooks = LogHooks()
-    node = Node(cfg, hooks=hooks, source=SolvedGroups(cfg.tasks))
+    caplog.set_level("INFO", logger="sapo_core.node")
+    node = Node(cfg, source=SolvedGroups(cfg.tasks))
     node.setup()
     figures = [node.run_round(), node.run_round(final=True), node.run_round(), node.run_round()]
     node.close()
     with_eval = [i + 1 for i, m in enumerate(figures) if "eval/solve_rate" in m]
     assert with_eval == [1, 2, 3]  # the baseline in round 1, the last round of a run, every 3 rounds
-    said = [msg for _, msg in hooks.lines if msg.startswith("held-out:")]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("held-out:")]
     assert len(said) == 3 and "(the base model)" in said[0] and "gain" not in said[0]
     assert "gain " in said[1] and "(the base model)" not in said[1]
     for key in ("eval/solve_rate", "eval/solve_rate_base", "eval/gain", "eval/gain_ci_low", "eval/gain_ci_high",
@@ -374,7 +357,8 @@ def test_the_checkpoint_holds_the_round_size_after_auto_scaling(tmp_path, data_d
 
 @pytest.mark.slow
 def test_drift_above_the_limit_falls_back_to_the_f16_export(tmp_path, data_dir):
-    from sapo_core.sampler.llamacpp import DRIFT_LIMIT, llamacpp_available
+    from sapo_core.sampler.llamacpp import llamacpp_available
+    from sapo_core.sampler.resilient import DRIFT_LIMIT
 
     if not llamacpp_available()[0]:
         pytest.skip("llama.cpp is not installed")
@@ -384,11 +368,11 @@ def test_drift_above_the_limit_falls_back_to_the_f16_export(tmp_path, data_dir):
     node = Node(cfg)
     node.setup()
     try:
-        q8 = node._sampler
-        node._check_drift(DRIFT_LIMIT / 2)
-        assert node._sampler is q8
-        node._check_drift(DRIFT_LIMIT * 3)
-        assert node._sampler is not q8 and node.cfg.sampler.quantization == "f16"
+        q8 = node._sampler.inner
+        assert not node._sampler.check_drift(DRIFT_LIMIT / 2)
+        assert node._sampler.inner is q8
+        assert node._sampler.check_drift(DRIFT_LIMIT * 3)
+        assert node._sampler.inner is not q8 and node._sampler.cfg.quantization == "f16"
         assert node._sampler.status()["model_path"].endswith(".f16.gguf")
     finally:
         node.close()

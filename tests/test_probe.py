@@ -113,10 +113,10 @@ def test_the_probe_estimates_the_embedded_models_default_round_within_1_5x(tmp_p
     all happened to lack reward variance would train nothing and be far shorter."""
     from sapo_core.hardware import detect_hardware
     from sapo_core.node import Node
-    from sapo_core.probe import run_probe
+    from sapo_core.commands.hardware import run_probe
 
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
-    p = run_probe(tmp_path / "cache", log=lambda m: None)
+    p = run_probe(tmp_path / "cache")
     cfg = ALONE.replace(**{"model.name": E.id, "run_dir": str(tmp_path / "run"), "round.auto_scale": False,
                            "round.local_groups": 3, "train.kl_beta": 0.01})
     estimate = estimate_round(E, detect_hardware(), cfg, p)

@@ -250,6 +250,36 @@ def test_native_crash_in_the_child_is_a_sampler_error(tmp_path):
     assert describe_exit(-11) == "signal SIGSEGV" and describe_exit(3) == "exit code 3"
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_the_node_s_sampler_falls_back_to_transformers_after_a_native_crash(tmp_path):
+    """ResilientSampler (what the node samples with): a real llama.cpp child killed by SIGSEGV
+    mid-round costs the round nothing; the same call is answered by transformers from then on."""
+    from sapo_core.sampler.resilient import ResilientSampler
+
+    policy = small_policy(seed=5)
+    policy.tokenizer.pad_token_id = 0  # transformers pads the prompts
+    inner = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf())
+    sampler = ResilientSampler(AS_IS, policy, tmp_path, inner, "llama.cpp")
+
+    class SegfaultAtSecond(NullHooks):
+        calls = 0
+
+        def checkpoint(self) -> None:
+            self.calls += 1
+            if self.calls == 2 and inner.worker.alive:
+                os.kill(inner.worker_pid, signal.SIGSEGV)
+
+    params = SamplingParams(n=2, max_new_tokens=8, stop_token_ids=(49151,))
+    try:
+        assert sampler.name == "llamacpp"
+        groups = sampler.sample(PROMPTS, [1, 2], params, SegfaultAtSecond())
+        assert sampler.name == "transformers" and "fallback" in sampler.reason and "SIGSEGV" in sampler.reason
+        assert [len(g) for g in groups] == [2, 2] and not inner.worker.alive
+        assert not sampler.check_drift(1.0)  # transformers samples from the trainer's own model: no drift
+    finally:
+        sampler.close()
+
+
 def test_full_fine_tuning_exports_and_reloads_the_weights(tmp_path):
     policy = small_policy(lora=False, seed=4)
     sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf())

@@ -57,7 +57,7 @@ def evaluate_run(run_dir: Path, round: int = 0, questions: int = 0, samples: int
     from sapo_core.downloads import TerminalHooks
     from sapo_core.evaluation import EvalSettings, Evaluator, gains_by_dataset
     from sapo_core.hooks import NullHooks
-    from sapo_core.node import resolve_model
+    from sapo_core.modelfiles import resolve_model
     from sapo_core.policy import load_policy
     from sapo_core.sampler import make_sampler
     from sapo_core.tasks import TaskSet

@@ -7,22 +7,31 @@ The config is layered as for `sapo-node run` (defaults, `--config` or the data d
 
 Round times come from this machine's cached probe (probe.py: two real rounds of the embedded
 model, scaled by parameters for the others) when there is one, else from the formula;
-`--probe` measures it now (~30-60 s, once per machine). Each model shows rounds per hour.
+`--probe` measures it now (`run_probe`, about a minute, once per machine). Each model shows
+rounds per hour.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+import logging
+import os
 import sys
+import tempfile
+import time
 import tomllib
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from sapo_core import paths
 from sapo_core.catalog import CatalogError, ModelChoice, choose_model, load_catalogue, ram_budget_gb
 from sapo_core.config import ConfigError, NodeConfig, load_config
 from sapo_core.hardware import OVERRIDE_KEYS, HardwareOverrideError, HardwareProfile, detect_hardware
+from sapo_core.probe import PROBE_SHAPE, Probe, load_probe, machine_key, probe_from_metrics, save_probe
+
+log = logging.getLogger(__name__)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -137,14 +146,40 @@ def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro
         console.print(f"[yellow]warning:[/] {w}")
 
 
+def run_probe(cache_dir: Path) -> Probe:
+    """Two real rounds of the embedded model (the second, warm one kept), cached in `cache_dir`."""
+    from sapo_core.node import Node
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in the node process (worker.py)
+    entry = load_catalogue().embedded
+    with tempfile.TemporaryDirectory(prefix="sapo-probe-") as tmp:
+        cfg = NodeConfig().replace(**{"model.name": entry.id, "swarm.enabled": False, "round.external_groups": 0,
+                                      "round.auto_scale": False, "train.kl_beta": 0.01, "run_dir": tmp,
+                                      **PROBE_SHAPE})
+        node = Node(cfg)
+        t0 = time.perf_counter()
+        node.setup()
+        log.info(f"probe: {entry.id} loaded in {time.perf_counter() - t0:.0f} s, {node.threads} thread(s)")
+        try:
+            node.run_round()
+            m = node.run_round()
+        finally:
+            node.close()
+        probe = probe_from_metrics(m, machine_key(node.threads), entry.id, entry.params, node.threads,
+                                   PROBE_SHAPE["round.local_groups"])
+    log.info(f"probe: round {probe.round_seconds:.1f} s: sampling {probe.sample_tok_s:.0f} tok/s, training "
+             f"{probe.train_tok_s:.0f} tok/s, answers {probe.completion_tokens:.1f} tokens, prompts "
+             f"{probe.prompt_tokens:.0f}, other {probe.overhead_seconds:.1f} s")
+    save_probe(cache_dir, probe)
+    return probe
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         cfg = _config(args)
         profile = detect_hardware(_pairs(args.override, "--override"))
-        from sapo_core.probe import load_probe, run_probe
-
         if args.probe:
-            probe = run_probe(paths.cache_dir(), log=lambda m: print(m, file=sys.stderr))
+            probe = run_probe(paths.cache_dir())
         else:
             probe = load_probe(paths.cache_dir())
         choice = choose_model(profile, load_catalogue(), cfg, probe)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from sapo_core.cpu import busy_seconds, tree_cpu_seconds
+from sapo_core.cpu import busy_seconds, physical_cores, tree_cpu_seconds
 from sapo_core.threadplan import ThreadChoice, choose_threads, collapsed, cpu_limit, others_busy_cores
 
 DOWN_READINGS = 2  # readings a smaller count must hold before the node steps down
@@ -52,6 +52,16 @@ def others_now(interval: float = 0.5) -> float:
     time.sleep(interval)
     return meter.read()
 
+
+def starting_threads(fixed: int, max_cpus_percent: float, leave_cores: int) -> ThreadChoice:
+    """The node's thread count at start-up: `fixed` (sampler.threads) when set; else what the CPU
+    has free now, within the user's limit (the governor adapts it while running)."""
+    if fixed:
+        return ThreadChoice(fixed, f"{fixed} thread{'s' * (fixed != 1)} (sampler.threads)")
+    cores = physical_cores()
+    limit, why = cpu_limit(cores, max_cpus_percent, leave_cores)
+    choice = choose_threads(cores, others_now(0.5), limit)
+    return ThreadChoice(choice.threads, f"{choice.reason}; {why}")
 
 
 @dataclass
@@ -116,4 +126,4 @@ class ThreadGovernor:
         return None
 
 
-__all__ = ["ThreadGovernor", "CpuMeter", "others_now", "CAP_ROUNDS"]
+__all__ = ["ThreadGovernor", "CpuMeter", "others_now", "starting_threads", "CAP_ROUNDS"]

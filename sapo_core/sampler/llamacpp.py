@@ -41,9 +41,6 @@ if TYPE_CHECKING:  # the node has torch loaded anyway; `llamacpp_available` need
 ENGINE_MODULE = "sapo_core.sampler.llamacpp_engine"
 _GGUF_FTYPES = {"q8_0": 7, "f16": 1}  # sampler.quantization -> llama_ftype (general.file_type)
 _session_ids = itertools.count()
-# Mean |sampler - trainer| log-prob (nats/token) above which the node stops trusting a quantized
-# export and samples from the F16 one (issue 11; F16 measured 0.002, Q8_0 0.056 on the embedded model).
-DRIFT_LIMIT = 0.05
 # Sequences decoded together. A CPU is compute-bound well before this; more only grows memory.
 _MAX_SEQS_PER_CALL = 64
 

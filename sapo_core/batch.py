@@ -1,0 +1,79 @@
+"""Step 5 of the round: scored groups -> the sequences the update trains on, with advantages.
+
+Each group's advantages are its rewards normalised within the group (grpo.py). What trains:
+- our own groups with their sampled token ids and the sampler's log-probs (the trainer checks
+  its own against them); a completion that stopped by itself carries the stop token, so the
+  policy learns when to stop;
+- peers' groups re-tokenised with our tokenizer, as if our policy had written them (SAPO §3):
+  exactly the text that was scored (cut to our max_new_tokens), with our stop token only when
+  the peer says it finished and we did not cut it. Whole groups only (a group's advantages need
+  all of it), within `swarm.max_external_tokens`; each one trained yields a receipt naming it.
+Groups without reward spread are left out when there is no KL term: their advantage is exactly
+0 and they would change no weight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from sapo_core import grpo
+from sapo_core.rollouts import Completion, Group, Question
+from sapo_core.trainer import TrainSequence
+
+
+@dataclass
+class Batch:
+    sequences: list[TrainSequence] = field(default_factory=list)
+    groups: int = 0  # groups trained, ours and peers'
+    receipts: list[tuple[str, int, int]] = field(default_factory=list)  # (peer, its round, group index) trained
+    capped: int = 0  # peers' groups left out by the external token budget
+
+
+def external_token_ids(policy, c: Completion, max_new_tokens: int) -> list[int]:
+    """A peer's completion as we train it (see the module docstring)."""
+    full = list(c.token_ids) if c.token_ids is not None else policy.encode_completion(c.text)
+    ids = full[:max_new_tokens]
+    return ids + [policy.tokenizer.eos_token_id] if c.finished and len(full) <= max_new_tokens else ids
+
+
+def training_batch(policy, prompt_of: Callable[[Question], list[int]], local: Sequence[Group],
+                   prompts: Sequence[list[int]], external: Sequence[Group], *, max_new_tokens: int,
+                   skip_flat: bool, external_token_budget: int) -> Batch:
+    """`local` groups with their encoded `prompts`, then `external` ones (prompts from `prompt_of`);
+    `external_token_budget` 0: no limit."""
+    batch = Batch()
+    eos = policy.tokenizer.eos_token_id
+    for g, prompt in zip(local, prompts):
+        if skip_flat and not g.has_signal():
+            continue
+        batch.groups += 1
+        for c, a in zip(g.completions, _advantages(g)):
+            ids, lps = list(c.token_ids or []), list(c.sample_logprobs or [])
+            if c.finished:  # learn to stop: the stop token is part of what was sampled
+                ids, lps = ids + [eos], lps + [float("nan")]  # its sampling log-prob is not reported
+            batch.sequences.append(TrainSequence(prompt, ids, a, lps if c.sample_logprobs is not None else None))
+    budget = external_token_budget or float("inf")
+    for g in external:
+        if skip_flat and not g.has_signal():
+            continue
+        ids = [external_token_ids(policy, c, max_new_tokens) for c in g.completions]
+        tokens = sum(len(x) for x in ids)
+        if tokens > budget:
+            batch.capped += 1
+            continue
+        budget -= tokens
+        batch.groups += 1
+        batch.receipts.append((g.source, g.round, g.index))
+        prompt = prompt_of(g.question)
+        batch.sequences.extend(TrainSequence(prompt, x, a, None) for x, a in zip(ids, _advantages(g)))
+    return batch
+
+
+def _advantages(g: Group) -> list[float]:
+    return grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()  # (1, G) -> (G,)
+
+
+__all__ = ["Batch", "training_batch", "external_token_ids"]

@@ -1,0 +1,64 @@
+"""Peers' completions that our own policy finds implausible are not trained on.
+
+Verification (verify.py) proves that a peer's completion reaches the right answer; it cannot see
+what else the text carries. A right answer behind an injected link or a garbage preamble scores
+1 and would be imitated. So, after gathering and before advantages, every peer completion is
+scored by our current policy: `likelihood_score` (verify.py) is its lowest mean log-likelihood
+per token over any `window` consecutive tokens, and a completion under `floor`
+(`swarm.likelihood_floor`) is dropped as `unlikely`. A group left with fewer than two
+completions, or without reward spread, cannot train and goes whole. A peer most of whose
+completions were unlikely collects a light strike (a few honest completions fall under the
+floor too); docs/swarm.md has the attack and the floor's calibration.
+
+Pure apart from the scoring function it is given, which the node backs with its trainer's
+forward pass (no gradient).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from sapo_core.rollouts import Completion, Group
+from sapo_core.swarm.verify import likelihood_score
+
+# (group, completion) pairs -> each completion's per-token log-probs under our policy, in order
+ScoreCompletions = Callable[[Sequence[tuple[Group, Completion]]], Sequence[Sequence[float]]]
+
+
+@dataclass
+class LikelihoodVerdict:
+    kept: list[Group]  # the groups that may still train, unlikely completions removed
+    unlikely: int = 0  # completions dropped
+    groups_dropped: int = 0  # groups that could no longer train
+    # peer -> (completions of theirs dropped, whether that is a strike: most of theirs were unlikely)
+    peers: dict[str, tuple[int, bool]] = field(default_factory=dict)
+
+
+def filter_unlikely(groups: Sequence[Group], score: ScoreCompletions, floor: float, window: int) -> LikelihoodVerdict:
+    """`groups` less the completions whose likelihood score is under `floor` (a floor of 0 or more
+    turns the filter off; a completion without tokens has no score and is kept)."""
+    if not groups or floor >= 0:
+        return LikelihoodVerdict(list(groups))
+    pairs = [(g, c) for g in groups for c in g.completions]
+    scores = iter([likelihood_score(lps, window) for lps in score(pairs)])
+    verdict = LikelihoodVerdict([])
+    per_peer: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # peer -> [unlikely, completions]
+    for g in groups:
+        likely = [c for c in g.completions if not next(scores) < floor]  # NaN (no tokens): kept
+        dropped = len(g.completions) - len(likely)
+        per_peer[g.source][0] += dropped
+        per_peer[g.source][1] += len(g.completions)
+        verdict.unlikely += dropped
+        if dropped:
+            g = Group(g.question, likely, source=g.source, round=g.round, index=g.index)
+        if len(g.completions) >= 2 and g.has_signal():
+            verdict.kept.append(g)
+        else:
+            verdict.groups_dropped += 1
+    verdict.peers = {peer: (bad, 2 * bad > total) for peer, (bad, total) in per_peer.items() if bad}
+    return verdict
+
+
+__all__ = ["filter_unlikely", "LikelihoodVerdict", "ScoreCompletions"]

@@ -1,0 +1,57 @@
+"""The likelihood filter on peers' completions, with hand-made log-probs (swarm/likelihood.py).
+
+The scoring function stands in for the node's trainer forward: it returns the log-probs each
+completion's text says it has, so every expected figure below is computed by hand."""
+
+from __future__ import annotations
+
+from sapo_core.rollouts import Completion, Group, Question, QuestionId
+from sapo_core.swarm.likelihood import filter_unlikely
+
+Q = Question(QuestionId("basic_arithmetic", "d", 0, 0), "Calculate 2 + 2.", "4")
+
+
+def group(peer: str, *texts_rewards: tuple[str, float]) -> Group:
+    return Group(Q, [Completion(t, reward=r) for t, r in texts_rewards], source=peer, round=3, index=1)
+
+
+def by_text(pairs):
+    """'lp:-0.5,-3' -> [-0.5, -3.0]; anything else -> no tokens."""
+    out = []
+    for _, c in pairs:
+        body = c.text.split("lp:", 1)[1] if "lp:" in c.text else ""
+        out.append([float(x) for x in body.split(",")] if body else [])
+    return out
+
+
+def test_a_floor_of_zero_turns_the_filter_off_without_scoring():
+    g = group("p", ("lp:-9", 1.0), ("lp:-9", 0.0))
+
+    def never(pairs):
+        raise AssertionError("scored although the filter is off")
+
+    v = filter_unlikely([g], never, floor=0.0, window=4)
+    assert v.kept == [g] and v.unlikely == 0 and v.peers == {}
+
+
+def test_unlikely_completions_go_and_a_peer_is_struck_only_when_most_of_its_were():
+    a = group("peerA", ("lp:-0.5,-0.5", 1.0), ("lp:-6,-6", 0.0), ("lp:-1", 0.0))  # one of three unlikely
+    b = group("peerB", ("lp:-7", 1.0), ("lp:-8", 0.0), ("lp:-0.1", 0.0))  # two of three
+    v = filter_unlikely([a, b], by_text, floor=-4.0, window=2)
+    assert v.unlikely == 3 and v.groups_dropped == 1  # b keeps one completion: it cannot train
+    assert [len(g.completions) for g in v.kept] == [2] and v.kept[0].source == "peerA"
+    assert (v.kept[0].round, v.kept[0].index) == (3, 1)  # still names the peer's group for receipts
+    assert v.peers == {"peerA": (1, False), "peerB": (2, True)}
+
+
+def test_the_worst_window_decides_and_a_completion_without_tokens_is_kept():
+    # the mean of all four, -2.25, is over the floor; the window holding the injection, -4, is not
+    injected = ("lp:-0.5,-0.5,-4,-4", 1.0)
+    v = filter_unlikely([group("p", injected, ("lp:", 1.0), ("lp:-1,-1", 0.0))], by_text, floor=-3.0, window=2)
+    assert v.unlikely == 1 and v.groups_dropped == 0
+    assert [c.text for c in v.kept[0].completions] == ["lp:", "lp:-1,-1"]
+
+
+def test_a_group_left_without_reward_spread_goes_whole():
+    v = filter_unlikely([group("p", ("lp:-9", 1.0), ("lp:-1", 0.0), ("lp:-1", 0.0))], by_text, floor=-3.0, window=2)
+    assert v.kept == [] and v.groups_dropped == 1 and v.peers == {"p": (1, False)}
