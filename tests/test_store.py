@@ -63,7 +63,7 @@ def test_export_csv(tmp_path):
     assert lines[1] == "1,1.000,2.000,1.0,2.0,3.0"
 
 
-# --- contribution, receipts, held-out (issue 13) -------------------------------------------------
+# --- contribution, receipts, held-out ------------------------------------------------------------
 
 
 def test_each_row_carries_the_cpu_given_since_the_previous_one(tmp_path):
