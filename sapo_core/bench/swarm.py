@@ -12,7 +12,7 @@ first round warms caches and is not counted.
 The comparison is the unsharded scheme of the reference code (one key per round holding
 every node's record): the summary names how many bytes such a gather would read here,
 against what ours read. That scheme fails outright at 32 nodes with large records
-(docs/environment.md, 'hivemind's 4 MiB limit per key').
+(docs/environment.md, 'hivemind: 4 MiB per key').
 
 Ends with one line: `swarm: peers N, gather p50 … p95 …, publish p95 …, … KB/round/node`.
 """

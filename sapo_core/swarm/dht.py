@@ -1,7 +1,7 @@
 """A hivemind `DHTNode` in its own thread and asyncio loop inside the node process.
 
 Why not `hivemind.DHT`: that front-end forks a child and talks to it over a pipe that dies on
-values above a few KB (docs/environment.md, 'hivemind's forked DHT pipe'; gensyn-ai/rl-swarm
+values above a few KB (docs/environment.md, 'hivemind: the forked DHT pipe'; gensyn-ai/rl-swarm
 issues #102, #227). Driving `DHTNode` directly has
 no such pipe. The round loop is synchronous, so every call here blocks with a timeout and
 raises `SwarmTimeout` instead of hanging a round.

@@ -5,7 +5,7 @@ wall clock) is cut into windows of `window_seconds`. In the window it is in, a n
 
 - its round's record (≤ 256 KiB) under its *own* key `…/rec/<window>/<peer id>`, one record
   per key, so no key ever collects many large values (one key holding 32 × 150 KB makes every
-  get time out: docs/environment.md, 'hivemind's 4 MiB limit per key');
+  get time out: docs/environment.md, 'hivemind: 4 MiB per key');
 - a small index entry (~0.9 KB: round, group counts, record size) under
   `…/idx/<window>/<shard>`, where `shard = H(peer id, window) mod shards` spreads writers
   evenly and moves each one to another shard every window.
