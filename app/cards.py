@@ -1,7 +1,7 @@
 """The dashboard's headline: is the model getting better (held-out), and what did I give.
 
 - Held-out card: "held-out: 0.10 at start -> 0.27 now (+0.17, ±0.07)" from the `eval/*`
-  figures (issue 11), "no evaluation yet" before the first one. Training reward is not a
+  figures (`sapo_core/evaluation.py`), "no evaluation yet" before the first one. Training reward is not a
   measure of progress (it moves with the draw of questions and the curriculum).
 - Contribution card: CPU-hours, rounds and time running today, and the peers' receipts
   ("your groups were trained on N times by M peers this week"): the same figures as

@@ -1,4 +1,4 @@
-"""The dashboard's "Your contribution by day" (issue 13): what this computer gave, day by day.
+"""The dashboard's "Your contribution by day": what this computer gave, day by day.
 
 Three layers on one clock-time axis (pyqtgraph's DateAxisItem, local time), the last 14 days:
 - bars: hours running per day (each bar spans its calendar day);

@@ -12,8 +12,9 @@ and accuracy plots. Three columns of plots from 1150 px, two below.
 Colours come from the system palette (app/theme.py). Long curves are binned for the screen
 (app/models.py: a raw figure's smallest and largest value per pixel, a rolling mean's mean), and a
 long curve no point of which would move by half a pixel keeps what it shows, so a plot is painted
-again only when something on it moved: 10,000 rounds redraw within a frame (`sapo-bench gui`
-measures it). Redraws are coalesced: a burst of rounds (the history loading) costs one redraw.
+again only when something on it moved, so a history of 10,000 rounds redraws within a frame
+(`sapo-bench gui` measures it; docs/calibration.md, 'Dashboard redraw', says which change bought
+what). Redraws are coalesced: a burst of rounds (the history loading) costs one redraw.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ there is no real run to show. Never shown as real: screenshots taken with them s
 The shapes follow what a node records (`Node._round_figures` and the swarm's `stats`):
 reward rising slowly with noise, three tasks taking turns, about half the groups from peers,
 the swarm's counters with an occasional rejection, curriculum levels that rise now and then,
-a held-out evaluation every 20 rounds (issue 11's `eval/*` keys) and the CPU time of each
+a held-out evaluation every 20 rounds (evaluation.py's `eval/*` keys) and the CPU time of each
 round. The store's rounds end now and lie over the last days like a volunteer's week (sessions of a few
 hours, short pauses, nights and a day off: the dashboard's "by day" plot has something to show),
 with one peer's receipt per round.

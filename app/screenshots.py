@@ -3,7 +3,7 @@
 Renders offscreen (no display needed): the three setup pages (with this computer's real
 hardware scan), the window's five tabs, the window showing a node error, and the tray menu;
 then the setup pages and the window again on a dark palette (`-dark`) and the window at
-1000 x 640 (`-small`), the two cases the review found unreadable (issue 13).
+1000 x 640 (`-small`), the two cases a review of the screens found unreadable.
 The dashboard shows the run store of the configured run when it has rounds; otherwise, or
 with `--demo`, made-up rounds from app/demo.py, and the window title then says "demo data".
 """

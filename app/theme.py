@@ -2,7 +2,7 @@
 
 The style sheet and the plots take their colours from here instead of fixed hex values:
 fixed dark text (the swarm numbers, log lines, the wizard's subtitle) disappeared on a dark
-palette (issue 13). Curve colours are Okabe-Ito (readable by colour-blind users); on a dark
+palette. Curve colours are Okabe-Ito (readable by colour-blind users); on a dark
 background its black becomes white and the fills are mixed towards the background.
 """
 

@@ -376,7 +376,8 @@ if [ "$OS" = Darwin ] && [ "$ARCH" = x86_64 ] && [ -z "${SAPO_TORCH_VERSION:-}" 
 fi
 
 # llama.cpp: CPU features of *this* machine, never -march=native (it picks AMX kernels that crash
-# on some CPUs, shared/FACTS.md) and never a feature the CPU lacks. AVX-512 only where present.
+# on some CPUs: docs/environment.md, 'llama.cpp build flags') and never a feature the CPU lacks.
+# AVX-512 only where present.
 CPU_FLAGS=""
 if [ "$OS" = Linux ] && [ -r /proc/cpuinfo ]; then
   CPU_FLAGS=$(grep -m 1 -E '^(flags|Features)' /proc/cpuinfo | cut -d: -f2 || true)

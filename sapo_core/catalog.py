@@ -8,30 +8,17 @@ training device, disk for its files) and finishes a round within `round.target_r
 with a verdict for every other model. When memory is short at the configured micro-batch it
 halves the micro-batch (memory only: gradients accumulate, the update is the same) and says so.
 
-Calibration (this machine, 2 cores, 2026-11-22; `AutoModelForCausalLM.from_pretrained(dir,
-gguf_file=..., dtype=torch.float32)` of the embedded SmolLM2-135M Q4_1, peft LoRA r=16 on all
-seven projections, log-probs chunked 1024 tokens at a time and recomputed in the backward as
-`grpo.token_logprobs` does, peak RSS polled every 3 ms):
-- imports only 0.26 GB; after loading 0.98 GB; peak while de-quantizing 1.23 GB, i.e. 0.8 x the
-  fp32 weights (0.54 GB) on top of them while the GGUF is converted.
-- one LoRA forward+backward+AdamW step: 8 x 256 tokens 6.34 GB peak; 4 x 256 3.96; 2 x 256 2.48
-  (log-probs at every position); at completion positions only, 2 x 256: 2.40 GB, or 1.87 in some
-  runs (malloc keeps or returns freed memory): the estimate aims at the higher figure.
-  Saved activations counted with `saved_tensors_hooks` at 2 x 256: 1.21 MB a token; the RSS grows
-  1.8x that (backward temporaries, allocator) plus the chunk's logits -> LORA_ACTIVATION_FACTOR.
-- full fine-tuning, 8 x 256, same pass: 4.99 GB peak -> FULL_ACTIVATION_FACTOR 1.1.
-- the same LoRA step with gradient checkpointing (model.train()): 3.44 GB at 8 x 256.
-- the full logits instead of chunks: 7.00 GB at 8 x 256 (0.66 GB more).
-- llama.cpp, Q8_0 copy (145 MB): RSS +224 MB at n_ctx 2048, +367 MB at 8192: weights + f16 KV
-  cache + ~35 MB of buffers. The node's imports (torch, transformers, peft, hivemind,
-  reasoning-gym, llama_cpp): 0.48 GB.
+Memory: the parts (runtime, weights, the de-quantizing transient, LoRA or full-model
+activations, AdamW state, the log-prob chunk, the sampler's copy and KV cache) scale with the
+architecture numbers in catalog.toml; the factors below were calibrated on measured peak RSS of
+the embedded model (docs/calibration.md, 'Memory estimates', has the figures and the method).
 Round time: with a probe of this machine (probe.py: two real rounds of the embedded model,
 cached) the estimate uses its measured tokens/s, answer and prompt lengths and per-round
 overhead, scaled by parameters (and cores when the profile differs); every group counts as
 trained (a node trains only groups with reward variance: the estimate errs long). Without
-one, the formula below: throughput anchors are FACTS.md's (2 cores): training ~200 tok/s, sampling ~205 tok/s (Q8_0,
-batched), 125 (Q4_1), 39 (transformers' batched generate). Other models and core counts are
-scaled by parameters and cores: an estimate, and the verdicts say so. GPUs are not measured here.
+one, the formula below: throughput anchors measured on 2 cores (`ANCHOR_*`; docs/calibration.md,
+'Round-time estimates'), scaled by parameters and cores: an estimate, and the verdicts say so.
+GPUs are not measured here.
 """
 
 from __future__ import annotations
@@ -51,7 +38,7 @@ GB = 1e9
 TINY_RANDOM = "tiny-random"  # a 2-layer test model with random weights (policy.py), not in the catalogue
 PROMPT_TOKENS = 128  # ReasoningGYM prompts with the chat template: median 76-89 tokens, max 98 on the default mix
 RUNTIME_GB = 0.5  # python + torch + transformers + peft + hivemind + reasoning-gym + llama_cpp, measured 0.48
-LORA_ACTIVATION_FACTOR = 1.8  # peak RSS growth / saved activations, LoRA step (measured, see above)
+LORA_ACTIVATION_FACTOR = 1.8  # peak RSS growth / saved activations, LoRA step (measured: docs/calibration.md)
 FULL_ACTIVATION_FACTOR = 1.1  # the same for full fine-tuning (measured)
 LOAD_TRANSIENT_FACTOR = 0.8  # extra RAM while de-quantizing a GGUF, x the fp32 weights (measured)
 LOGIT_COPIES = 3  # one chunk's logits, their log-softmax and its gradient, fp32
@@ -64,7 +51,7 @@ SAMPLER_COPY_BYTES_PER_PARAM = {"Q8_0": Q8_0_BYTES_PER_PARAM, "F16": 2.0}
 ANCHOR_PARAMS = 134_515_008  # the embedded model
 ANCHOR_CORES = 2
 ANCHOR_TRAIN_TOK_S = 200.0
-# F16 ran on a par with Q8_0 at 32 sequences here (109-114 vs 89-120 tok/s, 1 thread, loaded machine)
+# F16 samples on a par with Q8_0 at 32 sequences (docs/calibration.md, 'Round-time estimates')
 ANCHOR_SAMPLE_TOK_S = {"Q8_0": 205.0, "F16": 205.0, "Q4_1": 125.0, "transformers": 39.0}
 GPU_TRAIN_SPEEDUP = 25.0  # vs 2 CPU cores; an assumption (no GPU here), deliberately modest
 MPS_TRAIN_SPEEDUP = 4.0  # likewise
@@ -253,7 +240,7 @@ def estimate_memory(e: CatalogEntry, config: NodeConfig, micro_batch_size: int |
     logits = LOGIT_COPIES * chunk_tokens * e.vocab_size * 4 / GB
     train[f"log-prob chunk ({chunk_tokens} x {e.vocab_size} vocab)"] = logits
     # Full fine-tuning: the step's AdamW state is allocated once the backward has freed the
-    # activations (measured: 4.99 GB peak, not the 6.1 of everything at once).
+    # activations (measured: docs/calibration.md, 'Memory estimates').
     overlap = 0.0 if m.lora else min(train["AdamW state"], activations + logits)
 
     ctx = s.group_size * seq
@@ -310,7 +297,8 @@ def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig
                    probe: "Probe | None" = None) -> RoundEstimate:
     """Seconds of one round: I x G completions sampled, (I + J) x G sequences trained K times.
     With a probe: its measured figures, scaled by parameters (and cores); without: tokens per
-    second scale as cores / parameters from FACTS.md's anchors (an estimate). Sampling counts
+    second scale as cores / parameters from the measured anchors (docs/calibration.md,
+    'Round-time estimates'; an estimate). Sampling counts
     on the CPU even with a GPU (the portable llama.cpp build): pessimistic."""
     if probe is not None and probe.sample_tok_s > 0 and probe.train_tok_s > 0:
         return _estimate_from_probe(e, profile, config, probe)

@@ -48,9 +48,9 @@ PAPER_SPECIALTIES = (
     "binary_matrix",
 )
 
-# A small model learns nothing from tasks it never solves. Measured with `sapo-bench tasks`
-# (SmolLM2-135M, easy levels, one_shot prompt, G=8): it fully solves 10-21 % of completions on
-# these three, with a solve and a miss in 33-83 % of groups; 0 % on the other six.
+# A small model learns nothing from tasks it never solves: these three are the ones the embedded
+# model sometimes solves on easy levels, and it solves none of the other six
+# (docs/calibration.md, 'Default task mix and prompt'; re-measure with `sapo-bench tasks`).
 DEFAULT_TASK_WEIGHTS = {
     "basic_arithmetic": 1.0,
     "fraction_simplification": 1.0,
@@ -108,7 +108,7 @@ class TaskConfig:
     partial_credit: bool = _help(
         "Train on ReasoningGYM's partial credit (e.g. 0.1 for any wrong weekday, 0.5 for '13' when the answer is "
         "'3') instead of correctness (1 right, 0 wrong). Off: partial credit divided by a group's small std "
-        "weighs as much as a right answer (issue 11).", False)
+        "weighs as much as a right answer (docs/environment.md, 'ReasoningGYM').", False)
     format_reward: float = _help("Weight of a reward for answering in the requested format (the paper dropped it).", 0.0)
     system_prompt: str = _help("System prompt; empty leaves the model's chat template to its default.", "")
 
@@ -165,7 +165,7 @@ class TrainConfig:
     micro_batch_size: int = _help("Sequences per forward/backward pass (memory bound).", 2)
     gradient_checkpointing: bool = _help(
         "Recompute each layer's activations in the backward pass: ~1/3 more compute, a fraction of the "
-        "memory (6.3 GB -> ~2 GB for the embedded model at 8 x 256 tokens).", True)
+        "memory (docs/calibration.md, 'Memory estimates').", True)
     epsilon_low: float = _help("Lower clip of the importance ratio, 1 - eps_low (paper: 0.2).", 0.2)
     epsilon_high: float = _help("Upper clip of the importance ratio, 1 + eps_high (paper: 0.28).", 0.28)
     kl_beta: float = _help("Weight of the KL penalty to the base model (paper: 0).", 0.0)
@@ -270,8 +270,8 @@ class SwarmConfig:
     likelihood_floor: float = _help(
         "Peers' completions whose mean log-likelihood per token under our policy, over their least likely "
         "likelihood_window tokens, is below this (nats) are dropped as 'unlikely': injected links and "
-        "garbage preambles, not text our model would write. Measured so >= 95 % of the embedded model's "
-        "own completions pass (sapo-bench floor: p5 -3.42, every injected link below -3.82; docs/swarm.md); "
+        "garbage preambles, not text our model would write. Set so >= 95 % of the embedded model's "
+        "own completions pass and no injected link does (docs/calibration.md, 'Likelihood floor'); "
         "0 = off.", -3.6)
     likelihood_window: int = _help("Tokens over which the likelihood floor averages (see likelihood_floor).", 16)
     max_external_tokens: int = _help(
@@ -364,12 +364,12 @@ class EvalConfig:
         "length.", True)
     every_rounds: int = _help(
         "Held-out evaluations fall on rounds that are multiples of this (0 = only before the first round and at "
-        "the end), when eval.max_share allows. On a busy 2-core machine one evaluation (3 datasets x 32 questions "
-        "x 4 samples + greedy) takes ~7 rounds' time (336 s against ~50 s).", 70)
+        "the end), when eval.max_share allows. One evaluation takes several rounds' time "
+        "(docs/calibration.md, 'Held-out evaluation schedule').", 70)
     max_share: float = _help(
         "Most of the node's time evaluation may take: a due evaluation is skipped (to the next multiple of "
-        "every_rounds) until the rounds since the last one took (1 - share) / share times as long as it did. "
-        "On 2 free cores rounds are ~15 s and an evaluation 160-340 s, so every 70 rounds alone would be ~20 %.",
+        "every_rounds) until the rounds since the last one took (1 - share) / share times as long as it did "
+        "(docs/calibration.md, 'Held-out evaluation schedule').",
         0.1)
     questions: int = _help(
         "Held-out questions per dataset and level (training skips every one of them; at most 512).", 32)

@@ -1,4 +1,4 @@
-"""Contribution by day (issue 13): what this node gave on each of the last days, and when it ran.
+"""Contribution by day: what this node gave on each of the last days, and when it ran.
 
 For `sapo-node stats` (a per-day table) and the dashboard's "Your contribution by day" plot
 (daily bars on a clock-time axis over a strip of the running intervals, whose gaps are the pauses).

@@ -2,7 +2,7 @@
 
 Training reward says little about that (it swings with the draw of questions and follows the
 curriculum's level), so the node measures a fixed set of questions no node ever trains on
-(issue 11 §1):
+(the held-out set):
 
 - The set: per dataset, questions 0..Q-1 of ReasoningGYM at a level, built from `EVAL_SEED`.
   ReasoningGYM builds item i of a dataset made with seed s from `Random(s + i)` alone; training

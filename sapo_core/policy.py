@@ -47,7 +47,7 @@ class Policy:
     # --- text <-> tokens ----------------------------------------------------------------
     def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         # enable_thinking=False: Qwen3's template otherwise opens a <think> block the model fills
-        # until max_new_tokens cuts it (issue 11); other templates ignore the variable.
+        # until max_new_tokens cuts it; other templates ignore the variable.
         out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                  enable_thinking=False)
         if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding

@@ -9,9 +9,9 @@ per completion (None: this reward does not apply), with per-completion metadata 
   `dataset=[name, ...]`, `entry=[rg_entry, ...]` and `config=[rg_config, ...]` (some scorers
   read their tolerance from the dataset config, e.g. decimal_arithmetic).
 - `correct`: 1 when `accuracy` is full marks, else 0 -- the reward nodes train on by default
-  (issue 11): ReasoningGYM's partial credit (0.05 for any wrong fraction, 0.1 for any wrong
-  weekday, 0.5 for "13" when the answer is "3") divided by a flat group's tiny std weighs as
-  much as a right answer, so advantages, the zero-advantage filter and
+  (docs/environment.md, 'ReasoningGYM'): ReasoningGYM's partial credit (0.05 for any wrong
+  fraction, 0.1 for any wrong weekday, 0.5 for "13" when the answer is "3") divided by a flat
+  group's tiny std weighs as much as a right answer, so advantages, the zero-advantage filter and
   `groups/local_with_signal` stop meaning what they say. `TaskConfig.partial_credit` brings
   `accuracy` back as the training reward.
 - `format`: 1 when the completion states its answer in the asked form (`Answer: ...`),

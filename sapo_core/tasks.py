@@ -9,14 +9,12 @@ which every node knows; anything else is rejected with `UnknownQuestion("unknown
 
 Departures from the SAPO paper: the paper samples the nine specialties with ReasoningGYM's
 settings; we start on easy levels and move with a curriculum (`sapo_core/curriculum.py`)
-because SmolLM2-135M scores ~0 on the default settings (FACTS.md). The default prompt
-(`one_shot`) shows one solved example of the same dataset and level, then asks for an
-`Answer: ...` line; the extraction is lenient (`rewards.extract_answer`). Measured with
-`sapo-bench tasks` on the easy levels (SmolLM2-135M, G=8): the example makes the model
-answer in the asked form (an explicit answer in 69-98 % of completions per task, against
-6-38 % without it) with completions 3-8x shorter (11 against 31 tokens on the three learnable
-tasks) and the same share solved (15 % against 17 %, within the noise of 6 questions per
-task). The model never writes `<answer>` tags (FACTS.md).
+because SmolLM2-135M scores ~0 on the default settings and never writes `<answer>` tags
+(docs/environment.md, 'The embedded model'). The default prompt (`one_shot`) shows one solved
+example of the same dataset and level, then asks for an `Answer: ...` line; the extraction is
+lenient (`rewards.extract_answer`). The example makes the model answer in the asked form, with
+shorter completions and the same share solved (`sapo-bench tasks`; docs/calibration.md,
+'Default task mix and prompt').
 """
 
 from __future__ import annotations
@@ -50,8 +48,8 @@ MAX_SEED = 2**32  # seeds are 0 <= seed < MAX_SEED
 # to teach anything); "hard" is mostly ReasoningGYM's own default. Changing a config changes
 # its digest, so nodes of different versions simply reject each other's questions.
 # bf stops at difficulty 2: generating one difficulty-3 item runs a compiled BF program in
-# pure Python, 0.1-35 s per item measured here (difficulty 2: <= 1.3 s) -- too slow to
-# regenerate peers' questions. A dataset with fewer levels uses its hardest for "hard".
+# pure Python, up to tens of seconds per item -- too slow to regenerate peers' questions
+# (docs/environment.md, 'ReasoningGYM'). A dataset with fewer levels uses its hardest for "hard".
 LEVELS: dict[str, tuple[dict[str, Any], ...]] = {
     "base_conversion": (
         {"min_base": 8, "max_base": 10, "min_value": 0, "max_value": 50},

@@ -1,7 +1,8 @@
 """How many threads the node computes with, from what the CPU actually has free: pure functions.
 
-A volunteer's computer is never idle. Issue 12 measured one round beside one busy process on
-2 cores: 109 s with 2 spinning threads, 9 s with 1. Threads that wait for a core another
+A volunteer's computer is never idle. Beside one busy process on 2 cores, a round with 2 threads
+took over ten times as long as with 1 (docs/environment.md, 'OpenMP threads under contention';
+thresholds in docs/calibration.md, 'Threads and throttle'). Threads that wait for a core another
 program holds stall every parallel region of the step, so the node picks its threads from:
 
 - the user's limit: `control.max_cpus_percent` of the cores (BOINC's "use at most N % of the

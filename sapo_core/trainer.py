@@ -260,7 +260,7 @@ class Trainer:
     def completion_logprobs(self, seqs: list[TrainSequence], hooks: RoundHooks | None = None) -> list[list[float]]:
         """Log-likelihood of each completion token of each sequence under the current policy (at
         the sampler's temperature, as the update sees it), without gradients. The node's
-        likelihood floor on peers' text (issue 10) reads this.
+        likelihood floor on peers' text (docs/calibration.md, 'Likelihood floor') reads this.
 
         The micro-batches are the update's own; each sequence's position rides in the
         `advantage` slot (unused here) to map tokens back to it."""

@@ -1,4 +1,4 @@
-"""The Settings tab's weekly schedule grid next to the text field (issue 13): a drag paints or erases a
+"""The Settings tab's weekly schedule grid next to the text field: a drag paints or erases a
 block and the text says it, typed text redraws the grid, invalid text keeps it and says why in red,
 the keyboard moves and toggles, nothing painted is refused, and what Apply saves in node.toml parses
 to the grid's slots. Real widgets, offscreen; the window test starts no node."""

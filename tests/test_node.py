@@ -193,7 +193,7 @@ def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir):
 
 class RaisingSource(SolvedGroups):
     """A rollout source whose gather (and optionally publish) raises, as a swarm layer with a bug
-    that a peer's bytes trigger would (issue 10)."""
+    that a peer's bytes trigger would (docs/swarm.md, 'Hostile peers')."""
 
     def __init__(self, tasks_cfg, publish_raises: bool = False):
         super().__init__(tasks_cfg)
@@ -262,7 +262,7 @@ def test_a_peer_completion_gets_our_stop_token_only_if_finished_and_not_cut(tmp_
         node.close()
 
 
-# --- held-out evaluation, seeds, checkpoint order, drift --------------------------------
+# --- held-out evaluation, seeds, checkpoint order, drift -------------------------------------------
 
 
 def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tmp_path, data_dir, caplog):

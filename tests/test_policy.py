@@ -1,4 +1,4 @@
-"""The policy's prompt encoding: Qwen3's chat template is called with thinking off (issue 11)."""
+"""The policy's prompt encoding: Qwen3's chat template is called with thinking off."""
 
 from __future__ import annotations
 

@@ -51,8 +51,9 @@ def test_bigger_models_scale_by_parameters_and_a_smaller_profile_by_cores():
 
 
 def test_a_measured_machine_no_longer_calls_the_360m_model_slow():
-    """Issue 12: the formula called a 20-25 s round 143-163 s; with this machine's figures the
-    360M model's round is well inside the 240 s target."""
+    """The formula called a 20-25 s round 143-163 s (docs/calibration.md, 'Round-time
+    estimates'); with this machine's figures the 360M model's round is well inside the 240 s
+    target."""
     formula = choose_model(TWO_CORES, CAT, NodeConfig())
     measured = choose_model(TWO_CORES, CAT, NodeConfig(), probe())
     assert formula.verdict("smollm2-360m-instruct").status == SLOW

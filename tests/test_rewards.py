@@ -190,9 +190,9 @@ def test_registry_holds_both_rewards():
     assert {"accuracy", "format"} <= set(REWARDS)
 
 
-# The regexes extraction used before issue 10 (quadratic on runs of blanks after "answer" and on
-# long digit runs): on short texts, where backtracking costs nothing, the linear scans must
-# agree with them exactly.
+# The regexes extraction used before it was made linear-time (quadratic on runs of blanks
+# after "answer" and on long digit runs): on short texts, where backtracking costs nothing,
+# the linear scans must agree with them exactly.
 _OLD_MARKER = re.compile(
     r"\banswer\b[ \t]*(?:\*\*|__)?[ \t]*(?:is\b[ \t]*:?|[:：=])[ \t]*(?:\*\*|__)?", re.IGNORECASE)
 _OLD_FRACTION = re.compile(r"\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+")
@@ -221,7 +221,8 @@ def test_linear_extraction_agrees_with_the_old_regexes():
     "Answer" + " " * 20000, "1" * 20000, "<answer>" * 5000, "answer is" + " \t" * 10000, "Answer: " + "=" * 30000,
 ])
 def test_peer_text_built_to_backtrack_still_extracts(attack):
-    """Issue 10's CPU attacks (20,000 spaces after an answer marker, long digit runs) give the same
+    """The CPU attacks (20,000 spaces after an answer marker, long digit runs; docs/swarm.md,
+    'Hostile peers') give the same
     answers as before; tests/test_swarm_attacks.py bounds their time on a real victim."""
     for shape in (None, answer_shape("fraction_simplification"), answer_shape("basic_arithmetic")):
         assert extract_answer(attack + "\nAnswer: 3", shape) == "3"

@@ -1,6 +1,7 @@
-"""Hostile peers (issue 10) against a real victim: real DHT nodes on loopback, the victim built as
-`Node` builds its source with every `SwarmConfig` default, the project's own verification, an
-honest peer beside it, and attackers holding valid identities of their own (identities are free).
+"""Hostile peers (docs/swarm.md, 'Hostile peers') against a real victim: real DHT nodes on
+loopback, the victim built as `Node` builds its source with every `SwarmConfig` default, the
+project's own verification, an honest peer beside it, and attackers holding valid identities of
+their own (identities are free).
 
 Each attack class of the issue is reproduced here; the figures each test prints (run with -s)
 are the ones the issue asks for.
@@ -93,7 +94,7 @@ def _own_tag(node) -> bytes:
 
 @pytest.mark.parametrize("kind", ["str", "tuple", "list", "map", "padded", "twice", "non_canonical"])
 def test_a_signed_record_with_a_hostile_subkey_never_reaches_gather(world, kind):
-    """Issue 10's crash: a validly signed record whose owner subkey deserialises as a str (or a
+    """The crash: a validly signed record whose owner subkey deserialises as a str (or a
     tuple...) was stored, and every gather that read it raised TypeError. Now storage nodes
     refuse it (`bad_subkey`), and the gather goes on with the honest peer's groups."""
     from sapo_core.swarm.records import fit_record, encode_index, IndexEntry
@@ -370,7 +371,7 @@ def test_poisoned_completions_are_cut_collapsed_and_one_peer_cannot_fill_the_gat
     """Garbage preambles are scored on what is trained (the cut leaves the garbage alone: reward
     0, never a positive advantage); 64 copies of one completion are one; a peer publishing 60
     valid groups supplies at most ceil(J/2) of them while the honest peer has groups left
-    (issue 10: it supplied 18 of 20).
+    (before that quota it supplied 18 of 20).
     (Injected links pass verification -- the answer is right -- and are the node's likelihood
     floor's to drop: test_node_trains_on_no_poison below.)"""
     victim, honest, attacker = world["victim"], world["honest"], fresh_attacker
@@ -419,7 +420,7 @@ def _bf_questions(n: int, level: int = 1):
 
 @pytest.mark.parametrize("attack", ["spaces", "digits", "bf_copies", "bf_distinct"])
 def test_cpu_attacks_cost_a_bounded_gather(world, verifier, attack, fresh_attacker):
-    """Issue 10: answer + 20,000 spaces took 12.7 s to verify, 64 copies of a slow bf question
+    """Before the CPU bounds, answer + 20,000 spaces took 12.7 s to verify, 64 copies of a slow bf question
     22.6 s, both after the gather's deadline and without a strike. Now: a gather stays under
     gather_timeout + 2 s whatever the record holds, and a record over its CPU budget is junk."""
     victim, honest, attacker = world["victim"], world["honest"], fresh_attacker
@@ -484,10 +485,10 @@ def _sybil(ks, attacker, targets, verifier, kind: str, window: float, exp: float
 
 
 def test_a_24_identity_flood_does_not_starve_the_honest_peer(world, verifier, cutter, tmp_path):
-    """Issue 10: 8 junk, 8 zero-advantage and 8 ghost identities left the honest peer's groups
-    reaching a victim in 3 of 10 rounds. Here a fresh victim (no history with anyone) joins
-    during the flood (plus an index liar and a record older than its entry); the honest peer
-    publishes every round."""
+    """Before flood resistance, 8 junk, 8 zero-advantage and 8 ghost identities left the
+    honest peer's groups reaching a victim in 3 of 10 rounds. Here a fresh victim (no history
+    with anyone) joins during the flood (plus an index liar and a record older than its entry);
+    the honest peer publishes every round."""
     victim0, honest, attacker = world["victim"], world["honest"], world["attacker"]
     ks = victim0.keyspace
     now, w = _now_window(victim0)

@@ -62,7 +62,7 @@ def test_index_round_trip_and_decode_any():
     (b"\xc1\xc1\xc1", "malformed"),  # not msgpack
     (msgpack.packb([1, 2, 3]), "malformed"),  # not a map
     ("a string", "malformed"),
-    (_raw(v=FORMAT_VERSION - 1), "wrong_version"),  # a v1 record (issue 11: old and new never half-mix)
+    (_raw(v=FORMAT_VERSION - 1), "wrong_version"),  # a v1 record (old and new never half-mix)
     (_v1_record(), "wrong_version"),
     (_raw(p=PROTOCOL_VERSION + 1), "wrong_version"),
     (_raw(s="other-swarm"), "wrong_swarm"),

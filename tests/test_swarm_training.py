@@ -107,7 +107,7 @@ def test_three_nodes_train_on_each_others_groups(tmp_path, monkeypatch):
             assert stored["swarm/used"] == 2 and "swarm/gather_s" in stored and "swarm/dht_peers" in stored
             after = _trainable(node)
             assert any(not torch.equal(before[i][k], after[k]) for k in after)  # it trained
-            # credit (issue 13): peers' signed receipts for our groups they trained on reach our store;
+            # credit: peers' signed receipts for our groups they trained on reach our store;
             # a peer trains on our round r in its round r (or r+1) and names it in its next record
             receipts = node.store.receipts()
             assert receipts and {peer for peer, *_ in receipts} <= ids - {node.source.node_id}, receipts
@@ -121,12 +121,13 @@ def test_three_nodes_train_on_each_others_groups(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
     """SmolLM2-135M with its real sampler. It answers right 5-8 % of the time on the easy mix
-    (FACTS.md), so some groups carry signal; every node publishes, reads its peers' records and
-    refuses nothing but what honest peers send too: zero-advantage groups, groups whose
-    completions are all one text (`duplicates`), records whose groups with signal lost it on our
-    re-scoring (`no_signal`, a light strike; records announced without signal cost none) and a few
-    completions under the likelihood floor (chosen so
-    that ~95 % of honest text passes: sapo-bench floor); it ignores no peer."""
+    (docs/environment.md, 'The embedded model'), so some groups carry signal; every node
+    publishes, reads its peers' records and refuses nothing but what honest peers send too:
+    zero-advantage groups, groups whose completions are all one text (`duplicates`), records
+    whose groups with signal lost it on our re-scoring (`no_signal`, a light strike; records
+    announced without signal cost none) and a few completions under the likelihood floor (chosen
+    so that ~95 % of honest text passes: docs/calibration.md, 'Likelihood floor'); it ignores no
+    peer."""
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
     nodes = _start_nodes(tmp_path, 3, scripted=False, **{
         "model.name": "smollm2-135m-instruct", "sampler.group_size": 8, "sampler.max_new_tokens": 48,

@@ -151,8 +151,9 @@ def _signed_with_subkey(key: str, payload, signer_key, subkey_obj, expiration: f
 
 @pytest.mark.parametrize("case", ["str", "tuple", "list", "map", "padded", "twice", "huge"])
 def test_an_owner_signed_subkey_of_another_type_or_size_is_refused(keys, case):
-    """Issue 10: subkeys deserialising as str/tuple crashed readers; padded ones let one owner
-    store unlimited, unbounded subkeys under one key. One canonical owner tag per owner only."""
+    """Subkeys deserialising as str/tuple crashed readers (docs/swarm.md, 'Hostile peers');
+    padded ones let one owner store unlimited, unbounded subkeys under one key. One canonical
+    owner tag per owner only."""
     mallory, mkey = keys["mallory"]
     tag = owner_tag(mkey.get_public_key().to_bytes())
     subkey = {"str": tag.decode("latin-1"), "tuple": (tag,), "list": [tag], "map": {tag: 0},

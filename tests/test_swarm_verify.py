@@ -169,7 +169,7 @@ def test_trust_comes_from_good_groups_and_goes_with_junk():
     assert not rep.is_trusted("p")
 
 
-# --- issue 10: duplicates, cutting to our limit, CPU budget, the per-peer quota -------------
+# --- duplicates, cutting to our limit, CPU budget, the per-peer quota ----------------------
 
 
 def test_copies_of_one_completion_are_one_completion(tasks, question):

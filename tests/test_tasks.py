@@ -202,7 +202,8 @@ def _question(dataset: str, text: str, seed: int = 0) -> "Question":
 
 
 def _issue_11_table():
-    """Issue 11's examples: (question, completion, reward under correctness, with partial credit)."""
+    """Partial-credit examples (docs/environment.md, 'ReasoningGYM'): (question, completion,
+    reward under correctness, with partial credit)."""
     four_minus_one = _question("basic_arithmetic", "Calculate 4 - 1.")
     assert four_minus_one.answer == "3"
     frac = regenerate(qid("fraction_simplification", 0, index=3))

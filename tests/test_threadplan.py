@@ -54,7 +54,7 @@ def test_choose_threads(cores, others, limit, cap, expected, says):
 
 
 @pytest.mark.parametrize("tok_s, quiet, expected", [
-    (5.9, 95.0, True),     # issue 12: 5.9 tok/s against this machine's quiet figure
+    (5.9, 95.0, True),     # docs/calibration.md, 'Threads and throttle': 5.9 tok/s, quiet ~90
     (60.0, 95.0, False),   # a fair share (half) is not a collapse
     (34.0, 100.0, True),
     (36.0, 100.0, False),

@@ -1,7 +1,8 @@
 """`sapo-bench contention`: one node round quiet, then beside one and two busy programs.
 
-A volunteer's computer is never idle (issue 12). One real node process (the embedded model,
-training alone, `--local 2 --group-size 4` as the issue measured, auto-scaling off) runs
+A volunteer's computer is never idle. One real node process (the embedded model, training
+alone, `--local 2 --group-size 4` as docs/environment.md, 'OpenMP threads under contention',
+measured, auto-scaling off) runs
 rounds, driven through `NodeClient` as the app drives it. Between rounds it is paused while
 the benchmark starts 0, 1 or 2 busy programs (plain Python spinning in a loop, each counting
 its iterations), measures their solo speed for `--solo` seconds (the node holds still, and
@@ -16,8 +17,9 @@ holds it again to measure their solo speed a second time (the mean of the two is
 Setups: `default` (the node's own threads: control.leave_cores and the governor),
 `all-cores` (leave_cores = 0: the governor alone decides), `fixed` (sampler.threads = N,
 nothing adapts) and `spinning` (fixed, with OpenMP threads that spin at barriers,
-OMP_WAIT_POLICY=ACTIVE: what the node did before issue 12). The machine's load average is printed
-with every case: on a shared machine the background is itself a contention case.
+OMP_WAIT_POLICY=ACTIVE: what the node did before it made them wait passively). The machine's
+load average is printed with every case: on a shared machine the background is itself a
+contention case.
 
 Ends with one line: `contention: beside 1 busy process 2.1x the quiet round, beside 2 3.4x;
 the busy process kept 52 % of its speed; fixed 2 threads: 14.8x`.
@@ -46,7 +48,7 @@ EMBEDDED = "smollm2-135m-instruct"
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setups", default="default,fixed",
                         help="comma-separated: default, all-cores, fixed (sampler.threads = --fixed), spinning "
-                             "(fixed, and OpenMP threads that spin as before issue 12: OMP_WAIT_POLICY=ACTIVE)")
+                             "(fixed, and OpenMP threads that spin at barriers: OMP_WAIT_POLICY=ACTIVE)")
     parser.add_argument("--fixed", type=int, default=2, help="threads of the 'fixed' setup")
     parser.add_argument("--busy", default="0,1,2", help="busy programs per case, comma-separated (0 = quiet)")
     parser.add_argument("--solo", type=float, default=5.0, help="seconds the busy programs run alone first")

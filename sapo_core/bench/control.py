@@ -15,7 +15,7 @@ driven through `NodeClient` as the desktop app drives it:
   within ±10 points of the setting. Whole rounds, not fixed windows: a round's phases use
   the CPU unevenly (sampling in the child, training in the node, saving), and a window that
   caught more of one phase throttled than unthrottled measured the phases, not the throttle
-  (issue 12: 50 % read as 34-76 %).
+  (docs/calibration.md, 'Threads and throttle').
 
 Ends with one line: `control: pause p50 … s p95 … s; throttle 25% -> …%, 50% -> …%, 75% -> …%`.
 """

@@ -1,4 +1,4 @@
-"""`sapo-bench floor`: where the likelihood floor on peers' text should sit (issue 10).
+"""`sapo-bench floor`: where the likelihood floor on peers' text should sit.
 
 The embedded model samples completions on the default task mix as a node's round does
 (llama.cpp sampler, the node's temperature and max_new_tokens). Each is then treated as a
@@ -12,6 +12,7 @@ followed by the answer (which the cut leaves as garbage alone).
 Prints the quantiles of each and the share of each that passes the configured floor, then
 the floor that lets 95 % of honest completions through. Ends with one line:
 `floor: honest pass 0.97 at -4.0 (p5 -3.1), injected link pass 0.00, garbage pass 0.00, N completions`.
+What it measured, and the floor chosen from it: docs/calibration.md, 'Likelihood floor'.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ store holds them. Ends with one line:
 
     learning: solved base 0.10 -> 0.31 after 150 rounds, gain +0.21 (95% CI +0.15..+0.27), 58 min
 
-Issue 11's goal is a gain of +0.25 within 150 rounds on the embedded model: a figure for the
-README, not a test. Rounds took ~15 s on 2 free cores (measured 2026-11-23), so the default run
-takes 50-60 minutes; on a busy machine give `--threads 1` (FACTS.md: 2 threads on a half-busy
-2-core machine are ~10x slower than 1).
+The goal is a gain of +0.25 within 150 rounds on the embedded model: a figure for the README,
+not a test. The default run takes about an hour on 2 free cores (docs/calibration.md,
+'Held-out evaluation schedule'); on a busy machine give `--threads 1` (docs/environment.md,
+'OpenMP threads under contention').
 """
 
 from __future__ import annotations

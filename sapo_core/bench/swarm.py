@@ -11,7 +11,8 @@ first round warms caches and is not counted.
 
 The comparison is the unsharded scheme of the reference code (one key per round holding
 every node's record): the summary names how many bytes such a gather would read here,
-against what ours read. FACTS.md measured that scheme failing outright at 32 nodes.
+against what ours read. That scheme fails outright at 32 nodes with large records
+(docs/environment.md, 'hivemind: 4 MiB per key').
 
 Ends with one line: `swarm: peers N, gather p50 … p95 …, publish p95 …, … KB/round/node`.
 """

@@ -41,7 +41,8 @@ GIB = 1024**3
 DISK_FAIL_GIB = 1.0  # run store, checkpoints and the embedded model's re-quantized copy
 DISK_WARN_GIB = 5.0  # larger catalogue models are 1-3 GB each
 # Flags that build llama.cpp for any CPU of this family instead of the build machine's exact one;
-# the default (native) build segfaults in the AMX kernels on some CPUs (shared/FACTS.md).
+# the default (native) build segfaults in the AMX kernels on some CPUs (docs/environment.md,
+# 'llama.cpp build flags').
 PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
                        "-DGGML_F16C=ON")
 INSTALLER = "./installer/install.sh"

@@ -11,7 +11,7 @@ An entry is days, then one or more `HH:MM-HH:MM` ranges separated by commas. Day
 `weekends`. A range whose end is not after its start runs overnight: `mon 18:00-08:00`
 is Monday 18:00 to Tuesday 08:00. `24:00` ends a day. An empty schedule allows any time.
 
-The app's weekly grid (issue 13) edits the same text: `schedule_grid` turns a schedule into
+The app's weekly grid (app/schedule_grid.py) edits the same text: `schedule_grid` turns a schedule into
 7 rows (Monday first) of equal slots, `grid_text` turns such a grid back into the shortest
 readable text (days with the same hours merged into `mon-fri`, evenings running into the next
 morning written overnight), and `parse_schedule(grid_text(g))` gives the grid `g` again.

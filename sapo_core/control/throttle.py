@@ -16,10 +16,10 @@ alternates short bursts and pauses (the volunteer's programs stay responsive), a
 checkpoint costs one clock read. Time spent paused is forgiven (`rested()`).
 
 A sleep is billed as long as it really lasted (`rested(slept)`), up to the moment the thread
-runs again: on a loaded machine a woken thread waits for a core, 10-50 ms after each 33 ms
-sleep of a 75 % throttle, and that wait is neither work nor owed sleep. Not billing it
-measured 75 % as 63 % (issue 12); billed, the overshoot is a credit against the next sleep
-(at most one quantum's worth, so nothing is banked for later bursts).
+runs again: on a loaded machine a woken thread waits for a core after each sleep, and that
+wait is neither work nor owed sleep. Not billing it made a throttle use visibly less than
+asked (docs/calibration.md, 'Threads and throttle'); billed, the overshoot is a credit against
+the next sleep (at most one quantum's worth, so nothing is banked for later bursts).
 """
 
 from __future__ import annotations

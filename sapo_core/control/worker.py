@@ -15,8 +15,9 @@ stops as if asked.
 
 OpenMP threads (torch's here, llama.cpp's in the sampler child, which inherits the
 environment) wait passively (`OMP_WAIT_POLICY=PASSIVE`, set before torch loads): spinning at
-every barrier while another program holds a core collapsed a training step 5x on this
-machine (issue 12), and burns CPU time the throttle is trying to give back.
+every barrier while another program holds a core collapsed a training step
+(docs/environment.md, 'OpenMP threads under contention'), and burns CPU time the throttle
+is trying to give back.
 
 Exit codes: 0 stopped, 1 crashed, 2 cannot run as configured (a restart would not help).
 """

@@ -1,10 +1,10 @@
 """Crash isolation: native code runs in a spawned child that the node talks to over pipes.
 
-A segfault or abort inside llama.cpp (FACTS.md: the default build dies in its AMX kernels
-on some CPUs) must cost the node its fast sampler, not its life. `WorkerProcess` starts
-`python -m <module>` as a fresh interpreter (spawned, never forked: no copy of the node's
-torch state or threads), sends it requests and reads replies, and turns a dead child
-into a `SamplerError` that says how it died and what it printed last.
+A segfault or abort inside llama.cpp (the default build dies in its AMX kernels on some
+CPUs: docs/environment.md, 'llama.cpp build flags') must cost the node its fast sampler, not
+its life. `WorkerProcess` starts `python -m <module>` as a fresh interpreter (spawned, never
+forked: no copy of the node's torch state or threads), sends it requests and reads replies,
+and turns a dead child into a `SamplerError` that says how it died and what it printed last.
 
 Wire format, both ways: a 4-byte little-endian length, then a msgpack map. Requests are
 `{"op": name, ...args}`; replies `{"ok": true, ...}` or `{"ok": false, "error": text}`.

@@ -2,9 +2,9 @@
 
 - Speed: all sequences of all prompts of a call decode in one batch sharing each prompt's
   KV cells (`llamacpp_engine`); the base GGUF is converted once per `sampler.quantization`
-  and cached: Q8_0 (FACTS.md: Q4_1 has no fast kernels) or F16 (the trainer's own weights:
-  drift 0.002 nats/token on the embedded model against 0.056 for Q8_0 and 0.052 for the Q4_1
-  file itself; same speed at 32 sequences, slower when few sequences are left).
+  and cached: Q8_0 (Q4_1 has no fast kernels: docs/environment.md, 'llama.cpp: quantization
+  and speed') or F16 (the trainer's own weights: the least drift, the same speed at 32
+  sequences, slower when few sequences are left; docs/calibration.md, 'Sampler').
 - Follows the policy: `sync_policy` exports the LoRA adapter to GGUF (`lora_gguf`) and
   hot-swaps it into the running context; with full fine-tuning it exports all weights and
   reloads. Nothing happens while `policy.version` is unchanged.
@@ -131,8 +131,8 @@ class LlamaCppSampler:
             shutil.rmtree(session_dir, ignore_errors=True)
             raise SamplerError(f"could not prepare {policy.model_id} for llama.cpp: {e}") from e
         # llama.cpp's OpenMP threads wait for each other at every op; spinning there collapses
-        # throughput when other programs share the cores (measured: 35 -> 115 tok/s on 2 busy
-        # cores) and burns the CPU time the throttle is trying to give back.
+        # throughput when other programs share the cores (docs/environment.md, 'OpenMP threads
+        # under contention') and burns the CPU time the throttle is trying to give back.
         env = dict(os.environ)
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         worker = WorkerProcess(ENGINE_MODULE, "llama.cpp sampler", env=env)
@@ -167,8 +167,9 @@ class LlamaCppSampler:
         return {"path": str(source), "threads": threads, "quantize_to": str(target), "ftype": kind}
 
     def _smoke_test(self, policy: "Policy") -> None:
-        """Two tokens on two sequences: a build that crashes at its first decode (FACTS.md: AMX)
-        fails here, at start-up, where the node can still choose transformers."""
+        """Two tokens on two sequences: a build that crashes at its first decode fails here, at
+        start-up, where the node can still choose transformers (AMX: docs/environment.md,
+        'llama.cpp build flags')."""
         bos = policy.tokenizer.bos_token_id if policy.tokenizer.bos_token_id is not None else 0
         self._worker.call("start", prompts=[[int(bos)] * 4], seeds=[0], n=2, max_new_tokens=2,
                           temperature=1.0, top_p=1.0, stop_ids=[])

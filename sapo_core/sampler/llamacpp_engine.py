@@ -1,8 +1,8 @@
 """The llama.cpp side of the sampler; runs only inside the worker process (see guard.py).
 
 `python -m sapo_core.sampler.llamacpp_engine` serves the requests of `LlamaCppSampler`.
-Batched multi-sequence decoding through llama.cpp's low-level API (FACTS.md: the
-high-level `Llama` ignores `n_seq_max`):
+Batched multi-sequence decoding through llama.cpp's low-level API (the high-level `Llama`
+ignores `n_seq_max`: docs/environment.md, 'llama.cpp: many sequences in one context'):
 
 - one context with `n_seq_max` sequences; up to 32 of them share a unified KV cache
   (`kv_unified`), where `llama_memory_seq_cp` shares a prompt's cells with its G sequences
@@ -35,9 +35,8 @@ from sapo_core.sampler.sampling import sample_rows, sequence_rng
 
 _FTYPES = {"q8_0": L.LLAMA_FTYPE_MOSTLY_Q8_0, "f16": L.LLAMA_FTYPE_MOSTLY_F16}
 _PREFILL_CHUNK = 512
-# Sequences per call that share one KV cache. Measured on the embedded model, 2 threads, 64
-# tokens: at 32 sequences shared and separate caches run alike; at 64, separate caches give
-# 131 tok/s against 59 (the shared cache's attention over every cell grows each step).
+# Sequences per call that share one KV cache: above this, separate caches decode faster (the
+# shared cache's attention over every cell grows each step; docs/calibration.md, 'Sampler').
 _UNIFIED_MAX_SEQS = 32
 
 
@@ -74,7 +73,7 @@ class _Seq:
 
 
 def quantize(src: str, dst: str, ftype: str, threads: int) -> None:
-    """Re-quantize a GGUF (`allow_requantize`: Q4_1 -> Q8_0 loses ~nothing, FACTS.md); atomic."""
+    """Re-quantize a GGUF (`allow_requantize`: Q4_1 -> Q8_0 loses ~nothing, docs/environment.md); atomic."""
     params = L.llama_model_quantize_default_params()
     params.ftype = _FTYPES[ftype]
     params.allow_requantize = True

@@ -1,9 +1,10 @@
 """A hivemind `DHTNode` in its own thread and asyncio loop inside the node process.
 
 Why not `hivemind.DHT`: that front-end forks a child and talks to it over a pipe that dies on
-values above a few KB (FACTS.md; rl-swarm issues #102, #227). Driving `DHTNode` directly has
-no such pipe. The round loop is synchronous, so every call here blocks with a timeout and
-raises `SwarmTimeout` instead of hanging a round.
+values above a few KB (docs/environment.md, 'hivemind: the forked DHT pipe';
+gensyn-ai/rl-swarm issues #102, #227). Driving `DHTNode` directly has no such pipe. The round
+loop is synchronous, so every call here blocks with a timeout and raises `SwarmTimeout` instead
+of hanging a round.
 
 Joining: with `initial_peers`, the node pings them at start; if none answers it logs a clear
 message, keeps working alone (publishing into its own DHT) and retries in the background with

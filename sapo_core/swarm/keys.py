@@ -4,8 +4,8 @@ There is no central clock (SAPO is asynchronous): DHT time (`hivemind.get_dht_ti
 wall clock) is cut into windows of `window_seconds`. In the window it is in, a node writes
 
 - its round's record (≤ 256 KiB) under its *own* key `…/rec/<window>/<peer id>`, one record
-  per key, so no key ever collects many large values (FACTS.md: one key holding 32 × 150 KB
-  makes every get time out);
+  per key, so no key ever collects many large values (one key holding 32 × 150 KB makes every
+  get time out: docs/environment.md, 'hivemind: 4 MiB per key');
 - a small index entry (~0.9 KB: round, group counts, record size) under
   `…/idx/<window>/<shard>`, where `shard = H(peer id, window) mod shards` spreads writers
   evenly and moves each one to another shard every window.

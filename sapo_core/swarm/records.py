@@ -18,7 +18,7 @@ Wire format, version 2 (msgpack maps with short keys):
            rc: [[peer id, round, group index], ...]}
   index:  {v, p, k:"idx", s, w, sh: shard, id, r, n: groups, ns: groups with signal, b: record bytes}
 
-Version 2 (issues 10 and 11) added per completion whether it ended by itself (`finished`: a
+Version 2 added per completion whether it ended by itself (`finished`: a
 receiver appends its stop token only then, never to a completion the sender cut) and the
 receipts `rc`: the external groups the publisher trained on in its previous round, each named
 by (producer's peer id, producer's round, group index in that producer's record). Version 1

@@ -184,8 +184,9 @@ class DhtRolloutSource:
         f["publish_s"] += time.perf_counter() - started
 
     def gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
-        """Never raises for anything peers send (issue 10): a failure inside is counted as
-        `swarm/gather_errors`, logged, and costs this round its external groups."""
+        """Never raises for anything peers send (docs/swarm.md, 'Hostile peers'): a failure
+        inside is counted as `swarm/gather_errors`, logged, and costs this round its external
+        groups."""
         self._begin(round)
         if want <= 0:
             return []
@@ -232,7 +233,7 @@ class DhtRolloutSource:
         fresh = [g for g in pool if g.index not in self._used.get((g.source, g.round), ())]
         f["reuse_avoided"] += len(pool) - len(fresh)
         out = sample_groups(fresh, want, rng, per_peer=max(1, math.ceil(want / 2)))
-        for g in out:  # each (peer, round, group) is returned once, ever (issue 11)
+        for g in out:  # each (peer, round, group) is returned once, ever: never trained twice
             self._used.setdefault((g.source, g.round), set()).add(g.index)
             self._used.move_to_end((g.source, g.round))
         while len(self._used) > USED_MEMORY:
@@ -495,7 +496,7 @@ class DhtRolloutSource:
         round had no group with signal: most rounds of a small model); it neither earns nor
         costs the peer anything. Only a record that promised signal and held none is useless."""
         f = self._figures
-        if record.round != entry.round:  # the entry says fresh, the record is an old one (issue 10)
+        if record.round != entry.round:  # the entry says fresh, the record is an old one
             rejected["wrong_round"] += 1
             return [], False, True, False
         f["received"] += len(record.groups)

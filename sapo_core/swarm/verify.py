@@ -7,7 +7,7 @@ For every group of a decoded peer record (records.py has already checked its sha
    `bad_index`);
 2. the sender's question text and answer must equal ours (`text_mismatch`,
    `answer_mismatch`): a peer cannot teach us a wrong answer or swap the question;
-3. every completion is cut to what we would train (issue 10/11): re-tokenised with our
+3. every completion is cut to what we would train: re-tokenised with our
    tokenizer and cut to our `max_new_tokens`; the cut text is what gets scored and its token
    ids travel with it, so the update sees exactly what was scored. A completion counts as
    finished (our stop token appended when trained) only if the sender says so and we did not
@@ -51,8 +51,8 @@ JUNK_REASONS = frozenset({
     "text_mismatch", "answer_mismatch", "bad_index", "bad_score", "cpu_budget", "verify_error",
 })
 # Reasons that cost a light strike: useless rather than hostile, but what a flood is made of
-# (issue 10: ghosts whose records are missing, zero-advantage-only records, index entries that
-# lie about the record they name).
+# (docs/swarm.md, 'Hostile peers': ghosts whose records are missing, zero-advantage-only records,
+# index entries that lie about the record they name).
 USELESS_REASONS = frozenset({"record_missing", "no_signal", "index_lied", "wrong_round", "unlikely"})
 LIGHT_STRIKE = 0.5
 
