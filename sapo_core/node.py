@@ -20,14 +20,15 @@ each step to its module). Where we depart from the SAPO paper (arXiv 2509.08721)
   exactly the text that is trained (cut to our limit, verify.py).
 - Peers' completions our current policy finds implausible are dropped as `unlikely` before
   advantages (swarm/likelihood.py): a right answer with an injected link or a garbage preamble
-  is not text to imitate (docs/swarm.md). Each peer group is trained at most once, and at most
+  is not text to imitate (docs/swarm.md, 'Hostile peers'). Each peer group is trained at most once, and at most
   swarm.max_external_tokens tokens of them per update.
 - A held-out evaluation (`evaluation.py`) runs before round 1, every eval.every_rounds rounds
   (within eval.max_share of the node's time) and after the last round of a run of set length;
   training never draws its questions. The reward is correctness (1 right, 0 wrong) unless
   tasks.partial_credit.
 - The default task mix and difficulty are easy ones a 135M model can sometimes solve (it
-  scores about 0 on the paper's full mix: docs/environment.md), with a curriculum that raises them.
+  scores about 0 on the paper's full mix: docs/environment.md, 'The embedded model'), with a curriculum
+  that raises them.
 """
 
 from __future__ import annotations

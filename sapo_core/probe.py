@@ -1,7 +1,8 @@
 """What a round costs on this machine, measured once and cached: the round-time estimates' basis.
 
 The formula in catalog.py guesses a round from throughput anchors and answers as long as
-max_new_tokens; real rounds of the embedded model took a fraction of that (docs/calibration.md),
+max_new_tokens; real rounds of the embedded model took a fraction of that (docs/calibration.md,
+'Round-time estimates'),
 so larger models were wrongly called slow. `sapo-node hardware --probe` (`commands/hardware.py`,
 `run_probe`) runs two real rounds of the embedded model (`PROBE_SHAPE`: 2 questions x 4
 completions of at most 64 tokens, training alone, with the node's own threads; the second, warm

@@ -28,7 +28,7 @@ from sapo_core.sampler.base import SampledSequence
 log = logging.getLogger(__name__)
 
 # Mean |sampler - trainer| log-prob of the sampled tokens (nats/token) above which a quantized
-# export is not trusted (docs/environment.md has the F16 and Q8_0 figures of the embedded model)
+# export is not trusted (docs/calibration.md, 'Sampler')
 DRIFT_LIMIT = 0.05
 
 
