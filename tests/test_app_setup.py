@@ -23,7 +23,7 @@ from app.single import SingleInstance
 from app.window import MainWindow
 from app.wizard import SetupWizard
 
-from lightnode import light_config
+from helpers import light_config
 
 pytestmark = pytest.mark.gui
 PEER = "/ip4/203.0.113.5/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"

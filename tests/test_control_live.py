@@ -12,16 +12,14 @@ import time
 
 import pytest
 
-from lightnode import light_env
-
 START = 300
 ARGS = ["--model", "tiny-random", "--alone", "--sampler", "transformers", "--local", "1", "--group-size", "2",
         "--max-new-tokens", "12", "--quiet", "--set", "round.auto_scale=false"]
 
 
 @pytest.fixture
-def env(tmp_path, tmp_path_factory):
-    return {**light_env(tmp_path, tmp_path_factory), "PYTHONUNBUFFERED": "1"}
+def env(env):
+    return {**env, "PYTHONUNBUFFERED": "1"}  # the CLI's lines as it prints them
 
 
 def sapo_node(*args: str, env: dict[str, str]) -> subprocess.Popen:

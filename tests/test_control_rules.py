@@ -17,7 +17,7 @@ from sapo_core.control.client import NodeClient
 from sapo_core.control.rules import GB, Rules
 from sapo_core.control.system import FAKE_ENV, SystemReading
 
-from lightnode import light_config
+from helpers import light_config
 
 WEDNESDAY_NOON = datetime(2026, 11, 25, 12, 0)
 CALM = SystemReading(now=WEDNESDAY_NOON, on_battery=False, battery_percent=90.0, idle_seconds=3600.0,

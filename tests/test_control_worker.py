@@ -18,7 +18,7 @@ from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
 from sapo_core.store import STORE_NAME, RunStore
 
-from lightnode import light_config, light_env
+from helpers import light_config
 
 START = 300  # seconds a node may take to come up on a loaded 2-core machine
 ROUND = 120
@@ -27,11 +27,6 @@ ROUND = 120
 def tiny(run_dir: Path, **changes) -> NodeConfig:
     return light_config(run_dir, max_new_tokens=24, **{"train.kl_beta": 0.01, "train.steps_per_round": 1,
                                                            "sampler.threads": 1, **changes})
-
-
-@pytest.fixture
-def env(tmp_path, tmp_path_factory):
-    return light_env(tmp_path, tmp_path_factory)
 
 
 def stored_rounds(run_dir: Path) -> list[int]:
