@@ -9,7 +9,6 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-import pytest
 
 from sapo_core.config import ControlConfig, NodeConfig
 from sapo_core.control import protocol as P

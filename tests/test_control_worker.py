@@ -126,7 +126,7 @@ def test_stop_mid_round_keeps_completed_rounds_and_the_next_start_continues(env,
     events = []
     while (ev := client.next_event(0)) is not None:
         events.append(ev)
-    assert any(isinstance(e, P.Log) and f"stopped during round" in e.message for e in events) or \
+    assert any(isinstance(e, P.Log) and "stopped during round" in e.message for e in events) or \
         any(isinstance(e, P.RoundDone) and e.round == at.round for e in events)  # or it had just finished
     kept = stored_rounds(run)
     assert kept == list(range(1, len(kept) + 1))

@@ -201,7 +201,7 @@ def test_a_flood_of_signed_junk_costs_a_bounded_gather(swarm, verifier):
     try:
         now = get_dht_time()
         w, exp = ks.window_at(now), now + 60
-        for i in range(20):
+        for _i in range(20):
             fake = NodeIdentity.from_key(Path("-"), rsa.generate_private_key(public_exponent=65537, key_size=2048))
             key = fake.hivemind_key()
             groups = _tampered_groups(verifier, 20)[1:3]
