@@ -12,7 +12,7 @@ import pytest
 
 from helpers import make_run
 
-pytestmark = [pytest.mark.gui, pytest.mark.slow]
+pytestmark = [pytest.mark.gui, pytest.mark.slow, pytest.mark.node_process]
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.node_process
+
 START = 300
 ARGS = ["--model", "tiny-random", "--alone", "--sampler", "transformers", "--local", "1", "--group-size", "2",
         "--max-new-tokens", "12", "--quiet", "--set", "round.auto_scale=false"]

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 
 from sapo_core.config import ControlConfig, NodeConfig
 from sapo_core.control import protocol as P
@@ -108,6 +109,7 @@ def _tiny(run_dir: Path, **changes) -> NodeConfig:
                                       "sampler.threads": 1, **changes})
 
 
+@pytest.mark.node_process
 def test_each_rule_pauses_a_real_node_with_its_reason_and_lets_it_resume(tmp_path, tmp_path_factory):
     """Battery, schedule, temperature, memory, input idle time, and the CPU-use fallback: each faked
     through SAPO_FAKE_SYSTEM, the node process reads it through its real rules thread."""

@@ -16,7 +16,8 @@ from sapo_core.control.supervisor import NodeSupervisor
 
 from helpers import light_config
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="kills nodes with POSIX signals")
+pytestmark = [pytest.mark.node_process,
+              pytest.mark.skipif(sys.platform == "win32", reason="kills nodes with POSIX signals")]
 
 START = 300
 

@@ -20,6 +20,8 @@ from sapo_core.store import STORE_NAME, RunStore
 
 from helpers import light_config
 
+pytestmark = pytest.mark.node_process
+
 START = 300  # seconds a node may take to come up on a loaded 2-core machine
 ROUND = 120
 

@@ -197,6 +197,7 @@ def test_sapo_node_eval_compares_a_checkpoint_with_the_base(tmp_path, data_dir):
     assert main(["eval", "--run-dir", str(run), "--json", "--questions", "1"]) == 0
 
 
+@pytest.mark.node_process
 def test_a_run_of_set_length_ends_with_an_evaluation_in_its_last_round(tmp_path, tmp_path_factory):
     from helpers import light_config, light_env
     from sapo_core.control import protocol as P
