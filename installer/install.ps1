@@ -415,9 +415,11 @@ else { Step-End "failed"; Fail "installed, but the self-check failed: the lines 
 
 # --- what next ---------------------------------------------------------------------------------
 if ($Test) {
-  Say "Running the test suite with $VPy (all markers: slow, network and gui included)"
+  # A bare pytest runs only the fast tier (pyproject.toml's addopts); this -m selects every tier (an
+  # empty -m "" would be dropped by Windows PowerShell), and a -m among the -PassThru args replaces it.
+  Say "Running the test suite with $VPy (every tier: slow, network, gui and node_process included)"
   Push-Location $Repo
-  try { & $VPy -m pytest @PassThru; $rc = $LASTEXITCODE } finally { Pop-Location }
+  try { & $VPy -m pytest -m "slow or not slow" --durations=25 @PassThru; $rc = $LASTEXITCODE } finally { Pop-Location }
   Write-Log "pytest exit code $rc"
   exit $rc
 }

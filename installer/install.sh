@@ -46,7 +46,8 @@ Usage: installer/install.sh [options] [-- args for the app, the node or pytest]
 
   --run             after installing, start SAPO Swarm (the headless node 'sapo-node run' when
                     there is no display or the desktop app is not available)
-  --test            install with the test extras and run the whole test suite (pytest)
+  --test            install with the test extras and run the whole test suite (pytest, every
+                    tier); args after -- go to pytest: -- -m slow tests/test_probe.py
   --prefix DIR      where the app's environment goes (default: $DATA_HOME/sapo-swarm)
   --bin-dir DIR     where the sapo-swarm and sapo-node commands go (default: ~/.local/bin)
   --python PY       the Python to build the environment from (default: python3, 3.11 or newer)
@@ -694,10 +695,12 @@ has_display() {
 }
 case $ACTION in
   test)
-    say "Running the test suite with $VPY (all markers: slow, network and gui included)"
+    # A bare pytest runs only the fast tier (pyproject.toml's addopts); -m "" runs every tier, and a
+    # -m after -- (e.g. -- -m slow tests/test_probe.py) replaces it.
+    say "Running the test suite with $VPY (every tier: slow, network, gui and node_process included)"
     cd "$REPO"
     rc=0
-    "$VPY" -m pytest ${PASSTHRU[@]+"${PASSTHRU[@]}"} || rc=$?
+    "$VPY" -m pytest -m "" --durations=25 ${PASSTHRU[@]+"${PASSTHRU[@]}"} || rc=$?
     log "pytest exit code $rc"
     exit "$rc" ;;
   run)

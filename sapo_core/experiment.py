@@ -315,12 +315,23 @@ def write_outputs(rows: list[dict], out: Path, title: str, configs: list[str]) -
                              f"{c} - {configs[0]}: {m:+.3f} ({_interval(lo, hi, len(train))}); per seed "
                              + ", ".join(f"{d:+.3f}" for d in train))
     (out / "summary.txt").write_text(title + "\n" + "\n".join(lines) + "\n")
-    _plot(rows, out / "experiment.png", title, configs)
+    if not _plot(rows, out / "experiment.png", title, configs):
+        lines.append(PLOT_NEEDS_MATPLOTLIB)
     return lines
 
 
-def _plot(rows: list[dict], path: Path, title: str, configs: list[str]) -> None:
-    import matplotlib
+# matplotlib is an optional extra (pyproject.toml): a volunteer's node never draws.
+PLOT_NEEDS_MATPLOTLIB = ("experiment.png not drawn: matplotlib is not installed (pip install 'sapo-swarm[experiment]', "
+                         "or pip install matplotlib, then sapo-experiment --from-csv experiment.csv draws it); "
+                         "experiment.csv and summary.txt are written")
+
+
+def _plot(rows: list[dict], path: Path, title: str, configs: list[str]) -> bool:
+    """Draws `path`; False, drawing nothing, where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -351,6 +362,7 @@ def _plot(rows: list[dict], path: Path, title: str, configs: list[str]) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True
 
 
 def build_parser() -> argparse.ArgumentParser:

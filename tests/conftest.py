@@ -1,4 +1,5 @@
-"""Shared fixtures: child processes are reaped after each test, Qt runs offscreen."""
+"""Shared fixtures: child processes are reaped after each test, Qt runs offscreen, a node
+process's environment. Shared functions and classes are in helpers.py."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 
 import psutil
 import pytest
+
+from helpers import light_env
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -70,3 +73,10 @@ def data_dir(tmp_path, monkeypatch):
     """A fresh SAPO data directory (runs, identity, node.toml) for one test."""
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
     return tmp_path / "data"
+
+
+@pytest.fixture
+def env(tmp_path, tmp_path_factory) -> dict[str, str]:
+    """The environment for a node process a test starts: its own data directory, the session's
+    converted-model cache (helpers.light_env)."""
+    return light_env(tmp_path, tmp_path_factory)

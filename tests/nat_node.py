@@ -12,7 +12,7 @@ from pathlib import Path
 from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
-from tests.test_swarm import RecordingHooks, honest_groups
+from tests.helpers import RecordingHooks, honest_groups
 
 
 def main() -> None:

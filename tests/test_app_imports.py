@@ -52,6 +52,7 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.gui
+@pytest.mark.node_process
 def test_the_gui_process_never_loads_the_heavy_modules(tmp_path, tmp_path_factory):
     data = tmp_path / "data"
     data.mkdir()

@@ -16,7 +16,7 @@ from sapo_core.control.schedule import parse_schedule, schedule_grid
 from app.controls import ShareSettings
 from app.schedule_grid import HOURS
 
-from lightnode import light_config
+from helpers import light_config
 
 pytestmark = pytest.mark.gui
 MON, TUE, WED, THU, FRI, SAT, SUN = range(7)

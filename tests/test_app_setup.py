@@ -23,7 +23,7 @@ from app.single import SingleInstance
 from app.window import MainWindow
 from app.wizard import SetupWizard
 
-from lightnode import light_config
+from helpers import light_config
 
 pytestmark = pytest.mark.gui
 PEER = "/ip4/203.0.113.5/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
@@ -102,6 +102,7 @@ def test_settings_survive_a_restart_of_the_window(qtbot, data):
     assert saved.control.throttle == pytest.approx(0.3) and saved.control.only_when_idle and saved.sampler.threads == 1
 
 
+@pytest.mark.node_process
 def test_a_node_that_cannot_run_shows_a_readable_message(qtbot, data):
     save_config(tiny(data, **{"model.name": "no-such-model"}), data / "node.toml")
     window = MainWindow(WorkerBridge(), UiSettings(), use_tray=False)
@@ -143,6 +144,7 @@ def test_one_instance_per_data_directory(qtbot, tmp_path):
     again.release()
 
 
+@pytest.mark.node_process
 def test_without_a_display_it_says_so_and_runs_the_node_headless(data):
     save_config(tiny(data, **{"model.name": "no-such-model"}), data / "node.toml")
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
@@ -203,6 +205,7 @@ def test_the_tray_menu_follows_the_state_and_sends_requests(qtbot):
     tray.hide()
 
 
+@pytest.mark.node_process
 def test_sapo_swarm_runs_once_and_quits_on_ctrl_c(qtbot, data):
     if sys.platform == "win32":
         pytest.skip("SIGINT to a child process is a POSIX affair")

@@ -1,6 +1,6 @@
 """The Try it tab and the Export… dialog on the embedded model, offscreen (pytest-qt).
 
-Both run a real `sapo-node` child process over a real run directory (test_export.make_run:
+Both run a real `sapo-node` child process over a real run directory (helpers.make_run:
 the embedded model with a non-zero adapter), and the tests wait for their signals.
 """
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from test_export import make_run
+from helpers import make_run
 
-pytestmark = [pytest.mark.gui, pytest.mark.slow]
+pytestmark = [pytest.mark.gui, pytest.mark.slow, pytest.mark.node_process]
 
 
 @pytest.fixture(scope="module")

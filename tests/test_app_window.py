@@ -24,9 +24,9 @@ from app.history import store_path
 from app.settings import UiSettings, node_config_path
 from app.window import MainWindow
 
-from lightnode import light_config
+from helpers import light_config
 
-pytestmark = [pytest.mark.gui, pytest.mark.module_processes]
+pytestmark = [pytest.mark.gui, pytest.mark.node_process, pytest.mark.module_processes]
 START_MS = 300_000  # loading even the tiny model takes tens of seconds on a busy 2-core machine
 ROUND_MS = 120_000
 

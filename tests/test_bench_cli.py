@@ -12,7 +12,7 @@ def test_help_lists_every_benchmark(capsys) -> None:
         main(["--help"])
     assert ex.value.code == 0
     out = capsys.readouterr().out
-    for name, help_text in BENCHMARKS:
+    for name, _help_text in BENCHMARKS:
         assert name in out
     assert "25/50/75%" in out  # argparse's % formatting does not eat the help text
 

@@ -85,7 +85,7 @@ def test_malformed_catalogues_are_refused() -> None:
     with pytest.raises(CatalogError, match="missing"):
         load_catalogue('[[model]]\nid = "x"\n')
     one = load_catalogue().embedded
-    text = "".join(f"[[model]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in vars(one).items())
+    text = "".join("[[model]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in vars(one).items())
                    for _ in range(2))
     with pytest.raises(CatalogError, match="exactly one embedded"):
         load_catalogue(text)

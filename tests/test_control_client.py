@@ -14,16 +14,12 @@ from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient, NodeStartError
 
-from lightnode import light_config, light_env
+from helpers import light_config
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP stands in for a hung node")
+pytestmark = [pytest.mark.node_process,
+              pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP stands in for a hung node")]
 
 START = 300
-
-
-@pytest.fixture
-def env(tmp_path, tmp_path_factory):
-    return light_env(tmp_path, tmp_path_factory)
 
 
 def tiny(tmp_path, **changes) -> NodeConfig:

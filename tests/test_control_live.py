@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from lightnode import light_env
+pytestmark = pytest.mark.node_process
 
 START = 300
 ARGS = ["--model", "tiny-random", "--alone", "--sampler", "transformers", "--local", "1", "--group-size", "2",
@@ -20,8 +20,8 @@ ARGS = ["--model", "tiny-random", "--alone", "--sampler", "transformers", "--loc
 
 
 @pytest.fixture
-def env(tmp_path, tmp_path_factory):
-    return {**light_env(tmp_path, tmp_path_factory), "PYTHONUNBUFFERED": "1"}
+def env(env):
+    return {**env, "PYTHONUNBUFFERED": "1"}  # the CLI's lines as it prints them
 
 
 def sapo_node(*args: str, env: dict[str, str]) -> subprocess.Popen:

@@ -17,7 +17,7 @@ from sapo_core.control.client import NodeClient
 from sapo_core.control.rules import GB, Rules
 from sapo_core.control.system import FAKE_ENV, SystemReading
 
-from lightnode import light_config
+from helpers import light_config
 
 WEDNESDAY_NOON = datetime(2026, 11, 25, 12, 0)
 CALM = SystemReading(now=WEDNESDAY_NOON, on_battery=False, battery_percent=90.0, idle_seconds=3600.0,
@@ -109,6 +109,7 @@ def _tiny(run_dir: Path, **changes) -> NodeConfig:
                                       "sampler.threads": 1, **changes})
 
 
+@pytest.mark.node_process
 def test_each_rule_pauses_a_real_node_with_its_reason_and_lets_it_resume(tmp_path, tmp_path_factory):
     """Battery, schedule, temperature, memory, input idle time, and the CPU-use fallback: each faked
     through SAPO_FAKE_SYSTEM, the node process reads it through its real rules thread."""

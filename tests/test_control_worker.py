@@ -18,7 +18,9 @@ from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
 from sapo_core.store import STORE_NAME, RunStore
 
-from lightnode import light_config, light_env
+from helpers import light_config
+
+pytestmark = pytest.mark.node_process
 
 START = 300  # seconds a node may take to come up on a loaded 2-core machine
 ROUND = 120
@@ -27,11 +29,6 @@ ROUND = 120
 def tiny(run_dir: Path, **changes) -> NodeConfig:
     return light_config(run_dir, max_new_tokens=24, **{"train.kl_beta": 0.01, "train.steps_per_round": 1,
                                                            "sampler.threads": 1, **changes})
-
-
-@pytest.fixture
-def env(tmp_path, tmp_path_factory):
-    return light_env(tmp_path, tmp_path_factory)
 
 
 def stored_rounds(run_dir: Path) -> list[int]:
@@ -131,7 +128,7 @@ def test_stop_mid_round_keeps_completed_rounds_and_the_next_start_continues(env,
     events = []
     while (ev := client.next_event(0)) is not None:
         events.append(ev)
-    assert any(isinstance(e, P.Log) and f"stopped during round" in e.message for e in events) or \
+    assert any(isinstance(e, P.Log) and "stopped during round" in e.message for e in events) or \
         any(isinstance(e, P.RoundDone) and e.round == at.round for e in events)  # or it had just finished
     kept = stored_rounds(run)
     assert kept == list(range(1, len(kept) + 1))

@@ -55,7 +55,7 @@ def test_no_peer_answering_fails_the_bootstrap_check():
 @pytest.mark.network
 def test_the_network_doctor_against_a_real_node(tmp_path, monkeypatch, capsys):
     from sapo_core.swarm.source import open_swarm
-    from tests.test_swarm import RecordingHooks
+    from helpers import RecordingHooks
 
     host = open_swarm(SwarmConfig(swarm_name="doctor-test", host_maddrs=["/ip4/127.0.0.1/tcp/0"],
                                   lan_interfaces=["127.0.0.1"]),

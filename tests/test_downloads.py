@@ -97,7 +97,7 @@ def test_terminal_lines_every_few_seconds_or_ten_percent_and_always_the_end():
     total, printed = 386 * MB, []
     # a slow download: an event 4 times a second for 20 s, 1 % of the file a second
     t = 0.0
-    for i in range(80):
+    for _ in range(80):
         t += 0.25
         if (text := lines.line(int(total * t / 100), total, INFO, now=t)) is not None:
             printed.append((t, text))

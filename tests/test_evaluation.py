@@ -180,7 +180,7 @@ def test_sapo_node_eval_compares_a_checkpoint_with_the_base(tmp_path, data_dir):
     from sapo_core.cli import main
     from sapo_core.commands.eval import checkpoint_dir, evaluate_run, format_table
     from sapo_core.node import Node
-    from lightnode import light_config
+    from helpers import light_config
 
     run = tmp_path / "run"
     node = Node(light_config(run, max_new_tokens=6, **{"eval.questions": 2, "eval.samples": 2}))
@@ -197,8 +197,9 @@ def test_sapo_node_eval_compares_a_checkpoint_with_the_base(tmp_path, data_dir):
     assert main(["eval", "--run-dir", str(run), "--json", "--questions", "1"]) == 0
 
 
+@pytest.mark.node_process
 def test_a_run_of_set_length_ends_with_an_evaluation_in_its_last_round(tmp_path, tmp_path_factory):
-    from lightnode import light_config, light_env
+    from helpers import light_config, light_env
     from sapo_core.control import protocol as P
     from sapo_core.control.client import NodeClient
 

@@ -5,12 +5,13 @@ a real swarm on loopback for the sharing configuration)."""
 from __future__ import annotations
 
 import csv
+import sys
 
 import pytest
 
 from sapo_core.experiment import (
-    CSV_FIELDS, build_parser, difference, final_solve_rates, main, mean_ci, node_config, parse_configs,
-    training_difference, write_outputs,
+    CSV_FIELDS, PLOT_NEEDS_MATPLOTLIB, build_parser, difference, final_solve_rates, main, mean_ci, node_config,
+    parse_configs, training_difference, write_outputs,
 )
 
 
@@ -66,6 +67,14 @@ def test_outputs(tmp_path):
     assert any(line.startswith("1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds") for line in lines)
     assert lines[-1].startswith("  training solve rate over all rounds")
     assert (tmp_path / "summary.txt").read_text().startswith("title\n")
+
+
+def test_outputs_without_matplotlib_say_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    lines = write_outputs(ROWS, tmp_path, "title", ["2/0", "1/1"])
+    assert lines[-1] == PLOT_NEEDS_MATPLOTLIB and "pip install 'sapo-swarm[experiment]'" in lines[-1]
+    assert not (tmp_path / "experiment.png").exists()
+    assert (tmp_path / "experiment.csv").is_file() and (tmp_path / "summary.txt").is_file()
 
 
 def test_node_configs_share_identities_across_configurations_not_swarms(tmp_path):

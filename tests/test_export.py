@@ -9,49 +9,18 @@ is skipped or applied with the wrong Q/K row order shows up in the log-probs.
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from sapo_core import paths
-from sapo_core.checkpoint import Checkpoints, CheckpointState
-from sapo_core.config import NodeConfig, dump_config
 from sapo_core.export import ExportFailed, ExportRequest, export, load_trained
-from sapo_core.store import STORE_NAME, RunStore
 
-MODEL_ID = "smollm2-135m-instruct"
-ROUND = 3
+from helpers import RUN_MODEL_ID, RUN_ROUNDS, make_run
 
-
-def make_run(run_dir: Path, eval_figures: bool = True) -> None:
-    """A run directory as the node leaves it after ROUND rounds, with a non-zero adapter."""
-    from sapo_core.modelfiles import embedded_gguf_path
-    from sapo_core.policy import load_policy
-
-    cfg = NodeConfig().replace(**{"model.name": MODEL_ID, "run_dir": str(run_dir), "sampler.max_new_tokens": 64})
-    policy = load_policy(cfg.model, embedded_gguf_path(), paths.cache_dir() / "hf", seed=1, model_id=MODEL_ID)
-    g = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for name, p in policy.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
-    Checkpoints(run_dir).save(CheckpointState(round=ROUND, model_id=MODEL_ID, lora_rank=policy.lora_rank,
-                                              policy_version=ROUND), policy.trainable_state_dict(), {})
-    store = RunStore(run_dir / STORE_NAME)
-    t = time.time() - 600
-    for r in range(1, ROUND + 1):
-        m = {"groups/local": 4.0, "groups/trained": 5.0, "groups/external": 2.0, "round/group_size": 8.0,
-             "swarm/peers": 3.0, "cpu/seconds": 90.0}
-        if eval_figures and r in (1, ROUND):
-            m.update({"eval/solve_rate": 0.1 if r == 1 else 0.27, "eval/solve_rate_base": 0.1,
-                      "eval/gain": 0.0 if r == 1 else 0.17, "eval/gain_ci_low": 0.1, "eval/gain_ci_high": 0.24})
-        store.record_round(r, m, started=t + 100 * r, ended=t + 100 * r + 90)
-    store.close()
+MODEL_ID = RUN_MODEL_ID  # the run make_run leaves
+ROUND = RUN_ROUNDS
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +50,6 @@ def test_missing_round_names_the_kept_ones(run_dir, tmp_path):
 @pytest.mark.slow
 def test_peft_adapter_loads_over_the_base_and_gives_the_trainer_logits(run_dir, tmp_path):
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
 
     from sapo_core.policy import load_base
     from sapo_core.modelfiles import embedded_gguf_path

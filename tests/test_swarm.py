@@ -22,18 +22,9 @@ from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.source import NoSwarm, open_swarm
 from sapo_core.tasks import TaskSet
 
+from helpers import RecordingHooks, attacker_store, honest_groups, signed_record
+
 pytestmark = pytest.mark.network
-
-
-class RecordingHooks(NullHooks):
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []
-
-    def log(self, level: str, message: str) -> None:
-        self.lines.append((level, message))
-
-    def text(self) -> str:
-        return "\n".join(m for _, m in self.lines)
 
 
 def _config(**over) -> SwarmConfig:
@@ -41,18 +32,6 @@ def _config(**over) -> SwarmConfig:
                 records_per_gather=6, gather_timeout=20.0, publish_timeout=20.0)
     base.update(over)
     return SwarmConfig(**base)
-
-
-def honest_groups(seed: int, round: int, n: int = 3) -> list[Group]:
-    """n groups with signal: the right answer in some completions, a wrong one in the rest."""
-    tasks = TaskSet(TaskConfig(), seed=seed)
-    out = []
-    for k, q in enumerate(tasks.sample_questions(round, n)):
-        right = [f"Answer: {q.answer}", f"The answer is {q.answer}", f"answer = {q.answer}"]
-        texts = right[:1 + k % 3] + ["Answer: -98765", "The answer is -98765", "answer = -98765"]
-        group = Group(q, [Completion(t, token_ids=[1, 2], reward=9.0) for t in texts], round=round)
-        out.append(group)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -108,38 +87,6 @@ def test_want_zero_and_no_swarm_gather_nothing(swarm):
     assert alone.gather(0, 4, random.Random(0)) == [] and alone.stats() == {}
 
 
-def _attacker_store(attacker, targets, key: str, value: bytes, subkey: bytes, expiration: float) -> list:
-    """Send raw (already signed or not) bytes straight to storage nodes, skipping every check
-    an honest node would make before storing."""
-    from hivemind.dht.routing import DHTID
-    from hivemind.p2p import PeerID
-
-    async def send():
-        out = []
-        for t in targets:
-            out.append(await attacker.dht._node.protocol.call_store(
-                PeerID.from_base58(t.node_id), keys=[DHTID.generate(source=key)], values=[value],
-                expiration_time=[expiration], subkeys=[subkey]))
-        return out
-
-    return attacker.dht._call(send(), timeout=30)
-
-
-def _signed(key: str, payload, owner_key, signer_key, expiration: float) -> tuple[bytes, bytes]:
-    """(value, subkey) exactly as hivemind signs a record, but signed by `signer_key`."""
-    from hivemind.dht.routing import DHTID
-    from hivemind.dht.validation import DHTRecord
-    from hivemind.utils import MSGPackSerializer
-
-    from sapo_core.swarm.validation import owner_tag
-
-    subkey = owner_tag(owner_key.get_public_key().to_bytes())
-    record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey),
-                       MSGPackSerializer.dumps(payload), expiration)
-    signature = signer_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
-    return record.value + b"[signature:" + signature + b"]", subkey
-
-
 def test_forgeries_sent_to_storage_nodes_are_refused_and_counted(swarm, verifier):
     from hivemind.utils import get_dht_time
 
@@ -159,16 +106,16 @@ def test_forgeries_sent_to_storage_nodes_are_refused_and_counted(swarm, verifier
         mine = fit_record(ks.swarm_name, w, mallory.node_id, 5, honest_groups(7, 5)).payload
         cases = {
             # b's key and subkey, signed by mallory: overwriting another node's record
-            "bad_signature": _signed(ks.record_key(w, b.node_id), good, bkey, mkey, exp),
+            "bad_signature": signed_record(ks.record_key(w, b.node_id), good, bkey, mkey, exp),
             # mallory's own subkey under b's key, claiming to be b
-            "wrong_owner": _signed(ks.record_key(w, b.node_id), good, mkey, mkey, exp),
+            "wrong_owner": signed_record(ks.record_key(w, b.node_id), good, mkey, mkey, exp),
             # mallory's own valid record replayed under b's key
-            "wrong_key": _signed(ks.record_key(w, b.node_id), mine, mkey, mkey, exp),
-            "malformed": _signed(ks.record_key(w, mallory.node_id), b"\x93junk", mkey, mkey, exp),
-            "wrong_swarm": _signed(ks.record_key(w, mallory.node_id),
-                                   encode_record(Record("other", w, mallory.node_id, 5, ())), mkey, mkey, exp),
-            "oversized": _signed(ks.record_key(w, mallory.node_id), b"\x00" * (260 * 1024), mkey, mkey, exp),
-            "expiration": _signed(ks.record_key(w, mallory.node_id), mine, mkey, mkey, now + 10**6),
+            "wrong_key": signed_record(ks.record_key(w, b.node_id), mine, mkey, mkey, exp),
+            "malformed": signed_record(ks.record_key(w, mallory.node_id), b"\x93junk", mkey, mkey, exp),
+            "wrong_swarm": signed_record(ks.record_key(w, mallory.node_id),
+                                         encode_record(Record("other", w, mallory.node_id, 5, ())), mkey, mkey, exp),
+            "oversized": signed_record(ks.record_key(w, mallory.node_id), b"\x00" * (260 * 1024), mkey, mkey, exp),
+            "expiration": signed_record(ks.record_key(w, mallory.node_id), mine, mkey, mkey, now + 10**6),
         }
         cases["unsigned"] = (b"\xc4\x03abc", b"\xc4\x05plain")
         before = [n.dht.dht_rejections.snapshot() for n in (a, b, c)]
@@ -176,7 +123,7 @@ def test_forgeries_sent_to_storage_nodes_are_refused_and_counted(swarm, verifier
             key = ks.record_key(w, b.node_id if reason in ("bad_signature", "wrong_owner", "wrong_key")
                                 else mallory.node_id)
             expiration = now + 10**6 if reason == "expiration" else exp  # the one it was signed with
-            results = _attacker_store(mallory, [a, b, c], key, value, subkey, expiration)
+            results = attacker_store(mallory, [a, b, c], key, value, subkey, expiration)
             assert results == [[False]] * 3, reason
         for node, old in zip((a, b, c), before):
             new = node.dht.dht_rejections.snapshot()
@@ -254,7 +201,7 @@ def test_a_flood_of_signed_junk_costs_a_bounded_gather(swarm, verifier):
     try:
         now = get_dht_time()
         w, exp = ks.window_at(now), now + 60
-        for i in range(20):
+        for _i in range(20):
             fake = NodeIdentity.from_key(Path("-"), rsa.generate_private_key(public_exponent=65537, key_size=2048))
             key = fake.hivemind_key()
             groups = _tampered_groups(verifier, 20)[1:3]
@@ -262,8 +209,8 @@ def test_a_flood_of_signed_junk_costs_a_bounded_gather(swarm, verifier):
             shard = ks.shard_of(fake.peer_id, w)
             index = encode_index(IndexEntry(ks.swarm_name, w, shard, fake.peer_id, 20, 2, 2, len(payload)))
             for k, v in ((ks.record_key(w, fake.peer_id), payload), (ks.index_key(w, shard), index)):
-                value, subkey = _signed(k, v, key, key, exp)
-                assert _attacker_store(mallory, [a, b, c], k, value, subkey, exp) == [[True]] * 3
+                value, subkey = signed_record(k, v, key, key, exp)
+                assert attacker_store(mallory, [a, b, c], k, value, subkey, exp) == [[True]] * 3
         c.publish(20, honest_groups(11, 20))
         started = time.perf_counter()
         got = b.gather(20, 8, random.Random(2))

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_swarm import RecordingHooks, _attacker_store, _signed, honest_groups
+from helpers import RecordingHooks, attacker_store, honest_groups, signed_record
 
 from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.swarm.source import open_swarm
@@ -79,7 +79,7 @@ def _store_signed(attacker, targets, key: str, payload: bytes, subkey, expiratio
     import dataclasses
 
     signature = attacker.dht._hivemind_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
-    return _attacker_store(attacker, targets, key, record.value + b"[signature:" + signature + b"]", subkey,
+    return attacker_store(attacker, targets, key, record.value + b"[signature:" + signature + b"]", subkey,
                            expiration)
 
 
@@ -479,8 +479,8 @@ def _sybil(ks, attacker, targets, verifier, kind: str, window: float, exp: float
     if kind != "ghost":
         items.append((ks.record_key(window, fake.peer_id), payload))
     for k, v in items:
-        value, subkey = _signed(k, v, key, key, exp)
-        assert _attacker_store(attacker, targets, k, value, subkey, exp) == [[True]] * len(targets)
+        value, subkey = signed_record(k, v, key, key, exp)
+        assert attacker_store(attacker, targets, k, value, subkey, exp) == [[True]] * len(targets)
     return fake.peer_id
 
 

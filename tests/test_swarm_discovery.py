@@ -14,7 +14,7 @@ from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.swarm.discovery import addresses_to_announce, announcement, discovery_interfaces, parse_announcement
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
-from tests.test_swarm import RecordingHooks, honest_groups
+from helpers import RecordingHooks, honest_groups
 
 PEER = "12D3KooWAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 OTHER = "12D3KooWBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"

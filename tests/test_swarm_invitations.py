@@ -134,7 +134,7 @@ def test_run_join_and_swarm_flags_build_the_config(tmp_path, monkeypatch, capsys
 
 @pytest.mark.network
 def test_a_node_joins_a_swarm_through_an_invitation(tmp_path):
-    from tests.test_swarm import RecordingHooks, honest_groups
+    from helpers import RecordingHooks, honest_groups
 
     verifier = TaskSet(TaskConfig(), seed=0)
     base = NodeConfig().replace(**{"swarm.swarm_name": "invited", "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
@@ -165,7 +165,7 @@ def test_a_dead_bootstrap_list_trains_alone_and_retries(tmp_path):
     import socket
     import time
 
-    from tests.test_swarm import RecordingHooks, honest_groups
+    from helpers import RecordingHooks, honest_groups
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

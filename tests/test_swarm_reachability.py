@@ -13,7 +13,7 @@ from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.swarm import reachability as R
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
-from tests.test_swarm import RecordingHooks, honest_groups
+from helpers import RecordingHooks, honest_groups
 
 
 def _config(**over) -> SwarmConfig:

@@ -137,7 +137,7 @@ def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
         for _ in range(2):
             for i, node in enumerate(nodes):
                 last[i] = node.run_round()
-        for i, m in last.items():
+        for m in last.values():
             m_swarm = {k: v for k, v in m.items() if k.startswith(("swarm/rejected", "swarm/unlikely", "swarm/ignored")) and v}
             assert m["swarm/published"] >= 1 and m["swarm/records"] == 2, m_swarm
             honest = ("zero_advantage", "duplicates", "no_signal", "unlikely")

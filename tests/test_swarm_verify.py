@@ -254,7 +254,7 @@ def test_a_neutral_record_changes_neither_trust_nor_strikes():
 
 def test_useless_records_cost_light_strikes():
     rep = PeerReputation(strikes_to_ignore=3, ignore_seconds=60, clock=FakeClock())
-    for i in range(5):
+    for _i in range(5):
         assert not rep.observe("ghost", Counter({"record_missing": 1}), False, useless=True)
         assert rep.is_suspect("ghost")
     assert rep.observe("ghost", Counter({"record_missing": 1}), False, useless=True)  # 6 x 0.5 = 3

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, PROMPT_STYLES, ConfigError, TaskConfig
-from sapo_core.rollouts import Completion, Group, QuestionId
+from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.tasks import (
     EXAMPLE_SEED, KNOWN_CONFIGS, LEVELS, MAX_INDEX, MAX_SEED, PROMPTS, TaskSet, UnknownQuestion, config_digest,
     one_shot_example, regenerate,

@@ -1,0 +1,141 @@
+"""What several test modules share, apart from fixtures (those live in conftest.py): the light
+node's config and environment, the swarm tests' recording hooks and made-up groups, raw records
+sent the way an attacker would, and a run directory as a trained node leaves it.
+
+Test modules import it as `from helpers import ...` (pytest puts tests/ on the path);
+tests/nat_node.py, run as `python -m tests.nat_node`, imports `tests.helpers`. It imports only
+light modules at the top, so an app test that imports it does not load torch, hivemind or
+reasoning-gym.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from sapo_core.config import NodeConfig, TaskConfig
+from sapo_core.hooks import NullHooks
+from sapo_core.rollouts import Completion, Group
+
+# --- the light node: what the control and app tests start as a real process -----------------------
+
+
+def light_config(run_dir: str | Path, max_new_tokens: int = 16, **changes) -> NodeConfig:
+    """A real node process on the tiny-random test model (random weights, the transformers
+    sampler), one group of two short completions per round, swarm off, so a round takes about a
+    second and the tests exercise the process, not the model. `changes` are dotted config keys
+    ("train.kl_beta")."""
+    base = {"model.name": "tiny-random", "sampler.backend": "transformers", "swarm.enabled": False,
+            "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
+            "sampler.max_new_tokens": max_new_tokens, "round.auto_scale": False, "run_dir": str(run_dir),
+            "eval.enabled": False}  # a random model's held-out evaluation would only slow the process tests
+    return NodeConfig().replace(**{**base, **changes})
+
+
+def light_env(tmp_path: Path, tmp_path_factory) -> dict[str, str]:
+    """A node process's environment: a fresh data directory per test, one converted-model cache
+    for the whole session."""
+    return {**os.environ, "SAPO_DATA_DIR": str(tmp_path / "data"),
+            "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache")}
+
+
+# --- the swarm tests: hooks that keep the log, groups with signal, raw records ---------------------
+
+
+class RecordingHooks(NullHooks):
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def log(self, level: str, message: str) -> None:
+        self.lines.append((level, message))
+
+    def text(self) -> str:
+        return "\n".join(m for _, m in self.lines)
+
+
+def honest_groups(seed: int, round: int, n: int = 3) -> list[Group]:
+    """n groups with signal: the right answer in some completions, a wrong one in the rest."""
+    from sapo_core.tasks import TaskSet  # imports reasoning-gym: a second the app tests need not pay
+
+    tasks = TaskSet(TaskConfig(), seed=seed)
+    out = []
+    for k, q in enumerate(tasks.sample_questions(round, n)):
+        right = [f"Answer: {q.answer}", f"The answer is {q.answer}", f"answer = {q.answer}"]
+        texts = right[:1 + k % 3] + ["Answer: -98765", "The answer is -98765", "answer = -98765"]
+        group = Group(q, [Completion(t, token_ids=[1, 2], reward=9.0) for t in texts], round=round)
+        out.append(group)
+    return out
+
+
+def attacker_store(attacker, targets, key: str, value: bytes, subkey: bytes, expiration: float) -> list:
+    """Send raw (already signed or not) bytes straight to storage nodes, skipping every check
+    an honest node would make before storing."""
+    from hivemind.dht.routing import DHTID
+    from hivemind.p2p import PeerID
+
+    async def send():
+        out = []
+        for t in targets:
+            out.append(await attacker.dht._node.protocol.call_store(
+                PeerID.from_base58(t.node_id), keys=[DHTID.generate(source=key)], values=[value],
+                expiration_time=[expiration], subkeys=[subkey]))
+        return out
+
+    return attacker.dht._call(send(), timeout=30)
+
+
+def signed_record(key: str, payload, owner_key, signer_key, expiration: float) -> tuple[bytes, bytes]:
+    """(value, subkey) exactly as hivemind signs a record, but signed by `signer_key`."""
+    from hivemind.dht.routing import DHTID
+    from hivemind.dht.validation import DHTRecord
+    from hivemind.utils import MSGPackSerializer
+
+    from sapo_core.swarm.validation import owner_tag
+
+    subkey = owner_tag(owner_key.get_public_key().to_bytes())
+    record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey),
+                       MSGPackSerializer.dumps(payload), expiration)
+    signature = signer_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
+    return record.value + b"[signature:" + signature + b"]", subkey
+
+
+# --- a run directory as a trained node leaves it (export and Try it tests) --------------------------
+
+RUN_MODEL_ID = "smollm2-135m-instruct"
+RUN_ROUNDS = 3
+
+
+def make_run(run_dir: Path, eval_figures: bool = True) -> None:
+    """A run directory as the node leaves it after RUN_ROUNDS rounds, with a non-zero adapter."""
+    import torch
+
+    from sapo_core import paths
+    from sapo_core.checkpoint import Checkpoints, CheckpointState
+    from sapo_core.config import dump_config
+    from sapo_core.modelfiles import embedded_gguf_path
+    from sapo_core.policy import load_policy
+    from sapo_core.store import STORE_NAME, RunStore
+
+    cfg = NodeConfig().replace(**{"model.name": RUN_MODEL_ID, "run_dir": str(run_dir), "sampler.max_new_tokens": 64})
+    policy = load_policy(cfg.model, embedded_gguf_path(), paths.cache_dir() / "hf", seed=1, model_id=RUN_MODEL_ID)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
+    Checkpoints(run_dir).save(CheckpointState(round=RUN_ROUNDS, model_id=RUN_MODEL_ID, lora_rank=policy.lora_rank,
+                                              policy_version=RUN_ROUNDS), policy.trainable_state_dict(), {})
+    store = RunStore(run_dir / STORE_NAME)
+    t = time.time() - 600
+    for r in range(1, RUN_ROUNDS + 1):
+        m = {"groups/local": 4.0, "groups/trained": 5.0, "groups/external": 2.0, "round/group_size": 8.0,
+             "swarm/peers": 3.0, "cpu/seconds": 90.0}
+        if eval_figures and r in (1, RUN_ROUNDS):
+            m.update({"eval/solve_rate": 0.1 if r == 1 else 0.27, "eval/solve_rate_base": 0.1,
+                      "eval/gain": 0.0 if r == 1 else 0.17, "eval/gain_ci_low": 0.1, "eval/gain_ci_high": 0.24})
+        store.record_round(r, m, started=t + 100 * r, ended=t + 100 * r + 90)
+    store.close()
