@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import random
 import time
 from collections import defaultdict
@@ -58,6 +59,8 @@ from sapo_core.store import STORE_NAME, RunStore
 from sapo_core.tasks import TaskSet
 from sapo_core.swarm.verify import likelihood_score
 from sapo_core.trainer import Trainer, TrainSequence
+
+log = logging.getLogger(__name__)
 
 
 class NodeError(RuntimeError):
@@ -125,9 +128,9 @@ class Node:
         self.threads = threads = self.choose_threads()
         torch.set_num_threads(threads)
         plan = resolve_model(cfg, hooks)
-        hooks.log("info", f"model: {plan.why}")
+        log.info(f"model: {plan.why}")
         if plan.micro_batch_size < cfg.train.micro_batch_size:
-            hooks.log("info", f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
+            log.info(f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
         self.policy = load_policy(cfg.model, plan.gguf, paths.cache_dir() / "hf", seed=cfg.seed,
                                   tokenizer_gguf=plan.tokenizer_gguf, model_id=plan.model_id)
@@ -148,7 +151,7 @@ class Node:
             self._sampler, self._sampler_reason = make_sampler(cfg.sampler, self.policy, paths.cache_dir())
         self._sampler.set_threads(threads)
         self._sampler.sync_policy(self.policy)
-        hooks.log("info", f"sampler: {self._sampler_reason}")
+        log.info(f"sampler: {self._sampler_reason}")
         self._evaluator = None
         if cfg.eval.enabled:
             settings = EvalSettings(samples=cfg.eval.samples, greedy=cfg.eval.greedy,
@@ -195,7 +198,7 @@ class Node:
         if not self.store.has_round(state.round) and "metrics" in state.extra:
             # the crash fell between the checkpoint and the store row: restore the row
             self.store.record_round(state.round, state.extra["metrics"], state.extra.get("started", time.time()))
-        self.hooks.log("info", f"resumed after round {state.round}")
+        log.info(f"resumed after round {state.round}")
 
     def _write_config_snapshot(self) -> None:
         atomic_write_bytes(self.run_dir / "config.toml", dump_config(self.cfg).encode())
@@ -240,7 +243,7 @@ class Node:
             for g in local:  # the curriculum follows our own accuracy
                 change = self.tasks.observe(g)
                 if change is not None:
-                    hooks.log("info", f"curriculum: {change}")
+                    log.info(f"curriculum: {change}")
 
         # 3. share our groups with the swarm, 4. gather J verified groups from peers
         # (neither may stop the round: a failure is counted, logged and costs this round's sharing)
@@ -309,8 +312,8 @@ class Node:
             raise
         except Exception as e:
             failures[metric] += 1.0
-            self.hooks.log("error", f"swarm: {what} failed, this round goes on without sharing: "
-                                    f"{type(e).__name__}: {e}")
+            log.error(f"swarm: {what} failed, this round goes on without sharing: "
+                      f"{type(e).__name__}: {e}")
             return None
 
     def _eval_due(self, r: int) -> bool:
@@ -331,7 +334,7 @@ class Node:
         try:
             m = self._evaluator.run(self._sampler, self.policy, self.hooks)
         except SamplerError as e:  # the next round's sampling falls back to transformers; skip this one
-            self.hooks.log("error", f"held-out evaluation skipped: sampler {self._sampler.name} failed ({e})")
+            log.error(f"held-out evaluation skipped: sampler {self._sampler.name} failed ({e})")
             return {}
         m["time/eval"] = time.perf_counter() - t0
         if self.policy.version == 0:  # untrained: the base model's own figure, no gain to speak of
@@ -340,7 +343,7 @@ class Node:
             gain = f", gain {m['eval/gain']:+.3f} ({m['eval/gain_ci_low']:+.3f}..{m['eval/gain_ci_high']:+.3f})"
         else:
             gain = ""
-        self.hooks.log("info", f"held-out: solve rate {m['eval/solve_rate']:.3f}{gain}, {m['time/eval']:.0f} s")
+        log.info(f"held-out: solve rate {m['eval/solve_rate']:.3f}{gain}, {m['time/eval']:.0f} s")
         return m
 
     def _check_drift(self, drift: float | None) -> None:
@@ -349,18 +352,18 @@ class Node:
         if drift is None or not drift > DRIFT_LIMIT or self._sampler.name != "llamacpp":
             return
         if self.cfg.sampler.quantization == "f16":
-            self.hooks.log("warning", f"sampler log-probs drift {drift:.3f} nats/token from the trainer's "
-                                      f"(limit {DRIFT_LIMIT}) even on the F16 export")
+            log.warning(f"sampler log-probs drift {drift:.3f} nats/token from the trainer's "
+                        f"(limit {DRIFT_LIMIT}) even on the F16 export")
             return
-        self.hooks.log("warning", f"sampler log-probs drift {drift:.3f} nats/token from the trainer's (limit "
-                                  f"{DRIFT_LIMIT}) with sampler.quantization = {self.cfg.sampler.quantization}: "
-                                  "switching to the F16 export (set sampler.quantization = \"f16\" to keep it)")
+        log.warning(f"sampler log-probs drift {drift:.3f} nats/token from the trainer's (limit "
+                    f"{DRIFT_LIMIT}) with sampler.quantization = {self.cfg.sampler.quantization}: "
+                    "switching to the F16 export (set sampler.quantization = \"f16\" to keep it)")
         self.cfg = self.cfg.replace(**{"sampler.quantization": "f16"})
         old = self._sampler
         try:
             self._sampler, self._sampler_reason = make_sampler(self.cfg.sampler, self.policy, paths.cache_dir())
         except SamplerError as e:
-            self.hooks.log("error", f"could not start the F16 sampler ({e}); keeping the old one")
+            log.error(f"could not start the F16 sampler ({e}); keeping the old one")
             return
         old.close()
         self._sampler.set_threads(self.cfg.sampler.threads or _physical_cores())
@@ -370,7 +373,7 @@ class Node:
             return self._sampler.sample(prompts, seeds, params, self.hooks)
         except SamplerError as e:
             # a native crash in llama.cpp must not kill the node: continue on transformers
-            self.hooks.log("error", f"sampler {self._sampler.name} failed ({e}); falling back to transformers")
+            log.error(f"sampler {self._sampler.name} failed ({e}); falling back to transformers")
             self._sampler.close()
             self._sampler = make_fallback_sampler(self.policy)
             self._sampler_reason = f"transformers (fallback after: {e})"
@@ -518,7 +521,7 @@ class Node:
             why = f"round took {seconds:.0f} s, well under {target:.0f} s"
         else:
             return
-        self.hooks.log("info", f"round size {before} -> {self.shape.__dict__}: {why}")
+        log.info(f"round size {before} -> {self.shape.__dict__}: {why}")
 
     # --- control ------------------------------------------------------------------------
     def choose_threads(self) -> int:
@@ -532,7 +535,7 @@ class Node:
         cores, c = _physical_cores(), self.cfg.control
         limit, why = cpu_limit(cores, c.max_cpus_percent, c.leave_cores)
         choice = choose_threads(cores, others_now(0.5), limit)
-        self.hooks.log("info", f"threads: {choice.reason}; {why}")
+        log.info(f"threads: {choice.reason}; {why}")
         return choice.threads
 
     def set_threads(self, n: int) -> None:
@@ -556,7 +559,7 @@ class Node:
                 try:
                     part.close()
                 except Exception as e:  # closing must not mask the reason we are closing
-                    self.hooks.log("warning", f"while closing {type(part).__name__}: {e}")
+                    log.warning(f"while closing {type(part).__name__}: {e}")
         if hasattr(self, "store"):
             self.store.close()
 
@@ -587,7 +590,7 @@ def resolve_model(cfg: NodeConfig, hooks: RoundHooks | None = None) -> ModelPlan
                          "tiny-random (test model, random weights)")
     hooks = hooks or NullHooks()
     # the worker's Controller has `stop_reason`: a stop asked mid-download ends it (other hooks: never)
-    report = DownloadReport(hooks.progress, hooks.log,
+    report = DownloadReport(hooks.progress,
                             should_stop=lambda: getattr(hooks, "stop_reason", None) is not None)
     sel = modelfiles.model_for_config(cfg, report)
     return ModelPlan(sel.path, None, sel.model_id, sel.micro_batch_size, sel.why)

@@ -21,6 +21,7 @@ RAM, threads, torch and llama.cpp versions; `sapo-node hardware --probe` refresh
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
@@ -28,6 +29,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 PROBE_FILE = "probe.json"
 PROBE_SHAPE = {"round.local_groups": 2, "sampler.group_size": 4, "sampler.max_new_tokens": 64}
@@ -144,7 +147,7 @@ def probe_from_metrics(m: dict[str, float], machine: str, model_id: str, params:
                  overhead_seconds=max(0.0, rnd - sample - update), round_seconds=rnd, measured_at=time.time())
 
 
-def run_probe(cache_dir: Path, log=print) -> Probe:
+def run_probe(cache_dir: Path) -> Probe:
     """Two real rounds of the embedded model (the second kept); cached; ~30-60 s with the load."""
     from sapo_core.catalog import load_catalogue
     from sapo_core.config import NodeConfig
@@ -159,7 +162,7 @@ def run_probe(cache_dir: Path, log=print) -> Probe:
         node = Node(cfg)
         t0 = time.perf_counter()
         node.setup()
-        log(f"probe: {entry.id} loaded in {time.perf_counter() - t0:.0f} s, {node.threads} thread(s)")
+        log.info(f"probe: {entry.id} loaded in {time.perf_counter() - t0:.0f} s, {node.threads} thread(s)")
         try:
             node.run_round()
             m = node.run_round()
@@ -167,9 +170,9 @@ def run_probe(cache_dir: Path, log=print) -> Probe:
             node.close()
         probe = probe_from_metrics(m, machine_key(node.threads), entry.id, entry.params, node.threads,
                                    PROBE_SHAPE["round.local_groups"])
-    log(f"probe: round {probe.round_seconds:.1f} s: sampling {probe.sample_tok_s:.0f} tok/s, training "
-        f"{probe.train_tok_s:.0f} tok/s, answers {probe.completion_tokens:.1f} tokens, prompts "
-        f"{probe.prompt_tokens:.0f}, other {probe.overhead_seconds:.1f} s")
+    log.info(f"probe: round {probe.round_seconds:.1f} s: sampling {probe.sample_tok_s:.0f} tok/s, training "
+             f"{probe.train_tok_s:.0f} tok/s, answers {probe.completion_tokens:.1f} tokens, prompts "
+             f"{probe.prompt_tokens:.0f}, other {probe.overhead_seconds:.1f} s")
     save_probe(cache_dir, probe)
     return probe
 

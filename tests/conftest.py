@@ -70,3 +70,18 @@ def data_dir(tmp_path, monkeypatch):
     """A fresh SAPO data directory (runs, identity, node.toml) for one test."""
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
     return tmp_path / "data"
+
+
+@pytest.fixture(autouse=True)
+def no_log_handler_left():
+    """A test that runs a CLI's main installs its log handler (logs.py) and sets SAPO_LOG_LEVEL:
+    both end with the test, so later tests see library defaults."""
+    level = os.environ.get("SAPO_LOG_LEVEL")
+    yield
+    from sapo_core import logs
+
+    logs.uninstall()
+    if level is None:
+        os.environ.pop("SAPO_LOG_LEVEL", None)
+    else:
+        os.environ["SAPO_LOG_LEVEL"] = level

@@ -116,7 +116,7 @@ def test_the_probe_estimates_the_embedded_models_default_round_within_1_5x(tmp_p
     from sapo_core.probe import run_probe
 
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
-    p = run_probe(tmp_path / "cache", log=lambda m: None)
+    p = run_probe(tmp_path / "cache")
     cfg = ALONE.replace(**{"model.name": E.id, "run_dir": str(tmp_path / "run"), "round.auto_scale": False,
                            "round.local_groups": 3, "train.kl_beta": 0.01})
     estimate = estimate_round(E, detect_hardware(), cfg, p)

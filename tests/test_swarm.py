@@ -8,10 +8,12 @@ only the groups are made up (the right answer in some completions) instead of sa
 from __future__ import annotations
 
 import dataclasses
+import logging
 import multiprocessing
 import random
 import socket
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -25,12 +27,33 @@ from sapo_core.tasks import TaskSet
 pytestmark = pytest.mark.network
 
 
+class _Recorder(logging.Handler):
+    """Hands sapo_core's log records to every RecordingHooks alive (the records do not say which
+    node of this process wrote them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.hooks: weakref.WeakSet[RecordingHooks] = weakref.WeakSet()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for hooks in list(self.hooks):
+            hooks.lines.append((record.levelname.lower(), record.getMessage()))
+
+
+_recorder = _Recorder()
+
+
 class RecordingHooks(NullHooks):
+    """Round hooks that also keep the log lines of this process's swarm nodes from now on."""
+
     def __init__(self) -> None:
         self.lines: list[tuple[str, str]] = []
-
-    def log(self, level: str, message: str) -> None:
-        self.lines.append((level, message))
+        logger = logging.getLogger("sapo_core")
+        if _recorder not in logger.handlers:
+            logger.addHandler(_recorder)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        _recorder.hooks.add(self)
 
     def text(self) -> str:
         return "\n".join(m for _, m in self.lines)

@@ -144,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
         from sapo_core.probe import load_probe, run_probe
 
         if args.probe:
-            probe = run_probe(paths.cache_dir(), log=lambda m: print(m, file=sys.stderr))
+            probe = run_probe(paths.cache_dir())
         else:
             probe = load_probe(paths.cache_dir())
         choice = choose_model(profile, load_catalogue(), cfg, probe)
