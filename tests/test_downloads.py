@@ -9,6 +9,7 @@ import pytest
 
 from sapo_core.downloads import DownloadLines, DownloadReport, download_text, format_bytes, format_duration
 from sapo_core.hooks import Interrupted
+from sapo_core.logs import level_name
 
 MB = 10**6
 INFO = {"model": "SmolLM2-360M-Instruct", "size_bytes": 386 * MB, "host": "huggingface.co"}
@@ -54,7 +55,7 @@ class Clock:
 
 
 def _logs(caplog) -> list[tuple[str, str]]:
-    return [(r.levelname.lower(), r.getMessage()) for r in caplog.records if r.name == "sapo_core.downloads"]
+    return [(level_name(r.levelno), r.getMessage()) for r in caplog.records if r.name == "sapo_core.downloads"]
 
 
 def test_report_logs_start_and_end_and_measures_rate_and_time_left(caplog):

@@ -113,7 +113,7 @@ def test_a_level_that_is_none_says_so_and_keeps_info(monkeypatch):
     assert got[1] == ("info", "still here")
 
 
-def test_the_cli_prints_lines_prefixed_with_the_command_and_sets_the_level_for_its_node(capsys):
+def test_the_cli_prints_lines_prefixed_with_the_command_and_sets_the_level_for_its_node(capsys, data_dir):
     """`sapo-node swarms --log-level warning`: the level reaches the environment (a node started
     from here inherits it) and records print on stderr, prefixed with the command."""
     from sapo_core import cli

@@ -20,6 +20,7 @@ import pytest
 
 from sapo_core import modelfiles
 from sapo_core.catalog import load_catalogue
+from sapo_core.logs import level_name
 from sapo_core.modelfiles import ModelUnavailable, resolve_model_file, resolve_or_embedded
 
 from fakehub import FILENAME, PAYLOAD, REPO, REVISION, FakeHub, closed_port_url, tiny_entry
@@ -182,7 +183,7 @@ class Recorder(logging.Handler):
         self.events.append(("progress", phase, done, total, info))
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.events.append(("log", record.levelname.lower(), record.getMessage()))
+        self.events.append(("log", level_name(record.levelno), record.getMessage()))
 
 
 @pytest.fixture

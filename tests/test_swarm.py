@@ -20,6 +20,7 @@ import pytest
 
 from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.hooks import NullHooks
+from sapo_core.logs import level_name
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.source import NoSwarm, open_swarm
 from sapo_core.tasks import TaskSet
@@ -37,7 +38,7 @@ class _Recorder(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         for hooks in list(self.hooks):
-            hooks.lines.append((record.levelname.lower(), record.getMessage()))
+            hooks.lines.append((level_name(record.levelno), record.getMessage()))
 
 
 _recorder = _Recorder()
