@@ -2,6 +2,8 @@
 
 Each subcommand lives in `sapo_core/commands/<name>.py` with `configure(parser)` and
 `main(args) -> int`, imported only when chosen so `sapo-node --help` stays instant.
+Every subcommand takes `--log-level` (logs.py): log records print on stderr, prefixed with the
+command (`sapo-node eval: ...`); a node that `sapo-node run` starts inherits the level.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from sapo_core import logs
 
 # (subcommand, module, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
@@ -31,6 +35,7 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == load:
             importlib.import_module(module).configure(p)
+        logs.add_level_argument(p)
         p.set_defaults(_module=module)
     return parser
 
@@ -44,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
+    logs.apply_level_argument(args)
+    logs.to_stderr(prefix=f"sapo-node {args.command}: ")
     return int(importlib.import_module(args._module).main(args) or 0)
 
 

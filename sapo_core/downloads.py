@@ -4,7 +4,7 @@ On a first start the chosen model may not be on disk yet, and fetching a few hun
 minutes. Three parts, all standard library (the desktop app imports this module):
 
 - `DownloadReport`, in the node: the byte callback `modelfiles.resolve_model_file` drives, turned
-  into the round hooks' `progress("download", done, total, **info)` and `log(...)`: one line
+  into the round hooks' `progress("download", done, total, **info)` and log records: one line
   when the download starts ("downloading SmolLM2-360M-Instruct (386 MB) from huggingface.co …"),
   one when it is verified, one when it fails; `info` carries the model's title, its size, the
   host, the rate and the time left. The worker's `Controller.progress` limits the events to four
@@ -19,11 +19,14 @@ minutes. Three parts, all standard library (the desktop app imports this module)
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any, Callable
 
 from sapo_core.hooks import Interrupted
+
+log = logging.getLogger(__name__)
 
 PHASE = "download"  # Progress.phase of a model download (the node is still starting: round 0)
 RATE_WINDOW_SECONDS = 10.0  # the rate is measured over about this much recent time
@@ -73,12 +76,12 @@ def download_text(info: dict[str, Any], done: int, total: int, with_rate: bool =
 
 
 class DownloadReport:
-    """The node's side of a download; see the module docstring. `progress` and `log` are the round
-    hooks' methods; `should_stop()` says a stop was asked (the download is abandoned)."""
+    """The node's side of a download; see the module docstring. `progress` is the round hooks'
+    method; `should_stop()` says a stop was asked (the download is abandoned)."""
 
-    def __init__(self, progress: Callable[..., None], log: Callable[[str, str], None],
-                 should_stop: Callable[[], bool] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self._progress, self._log, self._should_stop, self._clock = progress, log, should_stop, clock
+    def __init__(self, progress: Callable[..., None], should_stop: Callable[[], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._progress, self._should_stop, self._clock = progress, should_stop, clock
         self.info: dict[str, Any] = {}
         self._size = 0
         self._started = 0.0
@@ -88,7 +91,7 @@ class DownloadReport:
     def started(self, title: str, size_bytes: int, host: str) -> None:
         self.info = {"model": title, "size_bytes": int(size_bytes), "host": host}
         self._size, self._started, self._samples = int(size_bytes), self._clock(), []
-        self._log("info", f"downloading {title} ({format_bytes(size_bytes)}) from {host} …")
+        log.info(f"downloading {title} ({format_bytes(size_bytes)}) from {host} …")
 
     def __call__(self, done: int, total: int | None) -> None:
         """The byte callback (modelfiles.Progress): bytes so far, and the file's size if known."""
@@ -110,13 +113,13 @@ class DownloadReport:
 
     def finished(self) -> None:
         """The file is downloaded and verified."""
-        self._log("info", f"downloaded and verified {self.info.get('model', 'the model')} in "
-                          f"{self._clock() - self._started:.0f} s")
+        log.info(f"downloaded and verified {self.info.get('model', 'the model')} in "
+                 f"{self._clock() - self._started:.0f} s")
 
     def failed(self, why: str) -> None:
         """The download failed (the caller falls back and says to what)."""
         title = self.info.get("model", "the model")
-        self._log("warning", f"download of {title} failed after {self._clock() - self._started:.0f} s: {why}")
+        log.warning(f"download of {title} failed after {self._clock() - self._started:.0f} s: {why}")
         # done = total = 0 is never held back by the rate limit (it reads as a phase's end)
         self._progress(PHASE, 0, 0, **{**self.info, "failed": why})
 
@@ -152,8 +155,9 @@ class DownloadLines:
 
 class TerminalHooks:
     """Round hooks for a command run in a terminal (`sapo-node eval`, `export`, `try`): a model
-    download's lines (`DownloadLines`, the node's own) and log lines, prefixed with the command,
-    on stderr, so a model fetched on first use is not minutes of silence; nothing else."""
+    download's lines (`DownloadLines`, the node's own), prefixed with the command, on stderr, so a
+    model fetched on first use is not minutes of silence; nothing else. (The download's log lines
+    reach the same terminal through the CLI's log handler, logs.py.)"""
 
     stop_reason = None  # Ctrl+C stops the command, not these hooks
 
@@ -175,14 +179,11 @@ class TerminalHooks:
             if line:
                 self._out(line)
 
-    def log(self, level: str, message: str) -> None:
-        self._out(message)
-
 
 def terminal_download(command: str, stream: Any = None) -> DownloadReport:
     """The byte callback for `modelfiles.resolve_model_file`, reporting like `TerminalHooks`."""
     hooks = TerminalHooks(command, stream)
-    return DownloadReport(hooks.progress, hooks.log)
+    return DownloadReport(hooks.progress)
 
 
 __all__ = ["PHASE", "DownloadReport", "DownloadLines", "download_text", "format_bytes", "format_duration",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ from sapo_core.hooks import RoundHooks
 from sapo_core.rollouts import Question, QuestionId
 from sapo_core.sampler import SamplingParams
 from sapo_core.tasks import LEVELS, MAX_INDEX, MAX_SEED, TaskSet, _generate, _reference_answer, config_digest
+
+log = logging.getLogger(__name__)
 
 # Every training (seed + index) is below MAX_SEED + MAX_INDEX (= 2**32 + 2**31): none reaches here.
 EVAL_SEED = 2**33
@@ -142,9 +145,6 @@ class _EvalHooks:
 
     def progress(self, phase: str, done: int, total: int, **info: Any) -> None:
         self._hooks.progress("eval", done, total, **info)
-
-    def log(self, level: str, message: str) -> None:
-        self._hooks.log(level, message)
 
 
 def measure(sampler, policy, tasks: TaskSet, questions: Sequence[Question], settings: EvalSettings,
@@ -342,11 +342,11 @@ class Evaluator:
         if policy.version == 0:
             self.base = measure(sampler, policy, self.tasks, self.questions, self.settings, hooks)
         elif policy.lora:
-            hooks.log("info", "measuring the base model on the held-out set (not in the cache)")
+            log.info("measuring the base model on the held-out set (not in the cache)")
             with base_weights(policy, sampler):
                 self.base = measure(sampler, policy, self.tasks, self.questions, self.settings, hooks)
         else:
-            hooks.log("warning", "no cached base result and full fine-tuning keeps no base weights: no gain figure")
+            log.warning("no cached base result and full fine-tuning keeps no base weights: no gain figure")
             return None
         save_cached(path, self.base)
         return self.base

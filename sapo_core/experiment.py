@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sapo_core import logs
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, NodeConfig
 
 CSV_FIELDS = ("seed", "config", "node", "round", "reward_mean", "solve_rate", "groups_local_with_signal",
@@ -126,19 +127,11 @@ def share_frozen_weights(dst_model, src_model) -> int:
     return shared
 
 
-class _Hooks:
-    def __init__(self, tag: str) -> None:
-        self.tag = tag
+_node_tag = ""  # the node whose call runs now: its log lines say which it is (one process, round-robin)
 
-    def checkpoint(self) -> None:
-        return None
 
-    def progress(self, phase: str, done: int, total: int, **info: Any) -> None:
-        return None
-
-    def log(self, level: str, message: str) -> None:
-        if level in ("warning", "error") or message.startswith("held-out"):
-            print(f"[{self.tag}] {level}: {message}", flush=True)
+def _log_prefix() -> str:
+    return f"[{_node_tag}] " if _node_tag else "sapo-experiment: "
 
 
 def _row(seed: int, label: str, i: int, r: int, m: dict[str, float]) -> dict:
@@ -151,6 +144,7 @@ def _row(seed: int, label: str, i: int, r: int, m: dict[str, float]) -> dict:
 
 def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int, external: int) -> list[dict]:
     """args.nodes nodes of one configuration in this process, round-robin; their rows."""
+    global _node_tag
     from sapo_core import paths
     from sapo_core.node import Node
     from sapo_core.sampler import make_sampler
@@ -169,11 +163,13 @@ def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int
             shared = SharedSampler(inner)
         return shared.view(node)
 
+    if not logs.installed():  # a child of --jobs: spawned, it starts without the handler
+        logs.to_stderr(prefix=_log_prefix)
     try:
         join = None
         for i in range(args.nodes):
-            node = Node(node_config(args, out, seed, label, i, local, external, join), _Hooks(f"s{seed} {label} n{i}"),
-                        sampler_factory=factory)
+            _node_tag = f"s{seed} {label} n{i}"
+            node = Node(node_config(args, out, seed, label, i, local, external, join), sampler_factory=factory)
             node.setup()
             if nodes:
                 share_frozen_weights(node.policy.model, nodes[0].policy.model)
@@ -182,6 +178,7 @@ def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int
             nodes.append(node)
         for r in range(1, args.rounds + 1):
             for i, node in enumerate(nodes):
+                _node_tag = f"s{seed} {label} n{i}"
                 m = node.run_round(final=r == args.rounds)
                 rows.append(_row(seed, label, i, r, m))
                 held = f", held-out {m['eval/solve_rate']:.3f}" if "eval/solve_rate" in m else ""
@@ -192,6 +189,7 @@ def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int
             node.close()
         if shared is not None:
             shared.inner.close()
+        _node_tag = ""
     return rows
 
 
@@ -388,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-csv", nargs="+", default=[], metavar="CSV",
                    help="run nothing: the summary, plot and CSV of the rows in these experiment.csv files together "
                         "(seeds run at different times or on other machines, with the same settings)")
+    logs.add_level_argument(p)
     return p
 
 
@@ -421,6 +420,8 @@ def read_rows(paths: list[str]) -> tuple[list[dict], str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logs.apply_level_argument(args)
+    logs.to_stderr(prefix=_log_prefix)
     configs = parse_configs(args.configs)
     if args.from_csv:
         rows, title = read_rows(args.from_csv)

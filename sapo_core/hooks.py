@@ -4,6 +4,7 @@ Sampling and training call `hooks.checkpoint()` often (every decoded token batch
 micro-batch). The worker's implementation blocks there while the node is paused, sleeps
 there to hold a throttle's duty cycle, and raises `Interrupted` when the node must stop;
 the default does nothing. `hooks.progress()` reports where a round is, for the GUI.
+Log lines are not the hooks' business: modules log with `logging` (see logs.py).
 """
 
 from __future__ import annotations
@@ -23,18 +24,12 @@ class RoundHooks(Protocol):
         """Phase is one of: sample, score, share, gather, update, save; or download (the model, at
         start-up: done/total in bytes, info from downloads.DownloadReport)."""
 
-    def log(self, level: str, message: str) -> None:
-        """A line for the user's event log."""
-
 
 class NullHooks:
-    """Hooks that never pause and print nothing (library use, tests, benchmarks)."""
+    """Hooks that never pause and report nothing (library use, tests, benchmarks)."""
 
     def checkpoint(self) -> None:
         return None
 
     def progress(self, phase: str, done: int, total: int, **info: Any) -> None:
-        return None
-
-    def log(self, level: str, message: str) -> None:
         return None

@@ -307,8 +307,7 @@ def resolve_model(cfg: NodeConfig, hooks: RoundHooks | None = None) -> ModelPlan
                          tokenizer_gguf=embedded_gguf_path())
     hooks = hooks or NullHooks()
     # the worker's Controller has `stop_reason`: a stop asked mid-download ends it (other hooks: never)
-    report = DownloadReport(hooks.progress, hooks.log,
-                            should_stop=lambda: getattr(hooks, "stop_reason", None) is not None)
+    report = DownloadReport(hooks.progress, should_stop=lambda: getattr(hooks, "stop_reason", None) is not None)
     return model_for_config(cfg, report)
 
 

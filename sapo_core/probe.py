@@ -24,11 +24,14 @@ imports nothing of the node.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import platform
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 PROBE_FILE = "probe.json"
 PROBE_SHAPE = {"round.local_groups": 2, "sampler.group_size": 4, "sampler.max_new_tokens": 64}

@@ -80,3 +80,18 @@ def env(tmp_path, tmp_path_factory) -> dict[str, str]:
     """The environment for a node process a test starts: its own data directory, the session's
     converted-model cache (helpers.light_env)."""
     return light_env(tmp_path, tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def no_log_handler_left():
+    """A test that runs a CLI's main installs its log handler (logs.py) and sets SAPO_LOG_LEVEL:
+    both end with the test, so later tests see library defaults."""
+    level = os.environ.get("SAPO_LOG_LEVEL")
+    yield
+    from sapo_core import logs
+
+    logs.uninstall()
+    if level is None:
+        os.environ.pop("SAPO_LOG_LEVEL", None)
+    else:
+        os.environ["SAPO_LOG_LEVEL"] = level

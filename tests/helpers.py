@@ -11,12 +11,15 @@ reasoning-gym.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
+import weakref
 from pathlib import Path
 
 from sapo_core.config import NodeConfig, TaskConfig
 from sapo_core.hooks import NullHooks
+from sapo_core.logs import level_name
 from sapo_core.rollouts import Completion, Group
 
 # --- the light node: what the control and app tests start as a real process -----------------------
@@ -44,12 +47,33 @@ def light_env(tmp_path: Path, tmp_path_factory) -> dict[str, str]:
 # --- the swarm tests: hooks that keep the log, groups with signal, raw records ---------------------
 
 
+class _Recorder(logging.Handler):
+    """Hands sapo_core's log records to every RecordingHooks alive (the records do not say which
+    node of this process wrote them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.hooks: weakref.WeakSet[RecordingHooks] = weakref.WeakSet()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for hooks in list(self.hooks):
+            hooks.lines.append((level_name(record.levelno), record.getMessage()))
+
+
+_recorder = _Recorder()
+
+
 class RecordingHooks(NullHooks):
+    """Round hooks that also keep the log lines of this process's swarm nodes from now on."""
+
     def __init__(self) -> None:
         self.lines: list[tuple[str, str]] = []
-
-    def log(self, level: str, message: str) -> None:
-        self.lines.append((level, message))
+        logger = logging.getLogger("sapo_core")
+        if _recorder not in logger.handlers:
+            logger.addHandler(_recorder)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        _recorder.hooks.add(self)
 
     def text(self) -> str:
         return "\n".join(m for _, m in self.lines)

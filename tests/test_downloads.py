@@ -3,10 +3,13 @@ lines), and the terminal's throttle. Pure: a hand-driven clock, no network, no f
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from sapo_core.downloads import DownloadLines, DownloadReport, download_text, format_bytes, format_duration
 from sapo_core.hooks import Interrupted
+from sapo_core.logs import level_name
 
 MB = 10**6
 INFO = {"model": "SmolLM2-360M-Instruct", "size_bytes": 386 * MB, "host": "huggingface.co"}
@@ -51,12 +54,17 @@ class Clock:
         return self.t
 
 
-def test_report_logs_start_and_end_and_measures_rate_and_time_left():
-    clock, events, logs = Clock(), [], []
+def _logs(caplog) -> list[tuple[str, str]]:
+    return [(level_name(r.levelno), r.getMessage()) for r in caplog.records if r.name == "sapo_core.downloads"]
+
+
+def test_report_logs_start_and_end_and_measures_rate_and_time_left(caplog):
+    caplog.set_level(logging.INFO, logger="sapo_core")
+    clock, events = Clock(), []
     report = DownloadReport(lambda phase, done, total, **info: events.append((phase, done, total, info)),
-                            lambda level, msg: logs.append((level, msg)), clock=clock)
+                            clock=clock)
     report.started("SmolLM2-360M-Instruct", 386 * MB, "huggingface.co")
-    assert logs == [("info", "downloading SmolLM2-360M-Instruct (386 MB) from huggingface.co …")]
+    assert _logs(caplog) == [("info", "downloading SmolLM2-360M-Instruct (386 MB) from huggingface.co …")]
     report(0, 386 * MB)
     assert events[-1] == ("download", 0, 386 * MB, INFO)  # no rate before a second has passed
     clock.t += 10
@@ -71,20 +79,20 @@ def test_report_logs_start_and_end_and_measures_rate_and_time_left():
     clock.t += 43
     report(386 * MB, 386 * MB)
     report.finished()
-    assert logs[-1] == ("info", "downloaded and verified SmolLM2-360M-Instruct in 63 s")
+    assert _logs(caplog)[-1] == ("info", "downloaded and verified SmolLM2-360M-Instruct in 63 s")
 
 
-def test_report_of_a_failure_and_of_a_stop():
-    clock, events, logs = Clock(), [], []
+def test_report_of_a_failure_and_of_a_stop(caplog):
+    caplog.set_level(logging.INFO, logger="sapo_core")
+    clock, events = Clock(), []
     stop = []
     report = DownloadReport(lambda phase, done, total, **info: events.append((done, total, info)),
-                            lambda level, msg: logs.append((level, msg)), should_stop=lambda: bool(stop),
-                            clock=clock)
+                            should_stop=lambda: bool(stop), clock=clock)
     report.started("Qwen3-0.6B", 639 * MB, "huggingface.co")
     report(10 * MB, 639 * MB)
     clock.t += 7
     report.failed("ReadTimeout: timed out")
-    assert logs[-1] == ("warning", "download of Qwen3-0.6B failed after 7 s: ReadTimeout: timed out")
+    assert _logs(caplog)[-1] == ("warning", "download of Qwen3-0.6B failed after 7 s: ReadTimeout: timed out")
     assert events[-1] == (0, 0, {"model": "Qwen3-0.6B", "size_bytes": 639 * MB, "host": "huggingface.co",
                                  "failed": "ReadTimeout: timed out"})
     stop.append(True)

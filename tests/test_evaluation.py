@@ -153,9 +153,6 @@ class _Hooks:
     def progress(self, phase, done, total, **info):
         self.phases.add(phase)
 
-    def log(self, level, message):
-        return None
-
 
 def test_levels_above_the_start_are_measured_too(tiny, tmp_path):
     policy, sampler = tiny

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from sapo_core import modelfiles
 from sapo_core.catalog import load_catalogue
+from sapo_core.logs import level_name
 from sapo_core.modelfiles import ModelUnavailable, resolve_model_file, resolve_or_embedded
 
 from fakehub import FILENAME, PAYLOAD, REPO, REVISION, FakeHub, closed_port_url, tiny_entry
@@ -170,25 +172,37 @@ def test_model_for_config_on_this_machine(tmp_path: Path, monkeypatch: pytest.Mo
 # --- what the volunteer sees of a download (downloads.DownloadReport) ----------------------
 
 
-class Recorder:
-    """Round hooks that keep what a download reports."""
+class Recorder(logging.Handler):
+    """What a download reports, in order: the round hooks' progress and the log records."""
 
     def __init__(self) -> None:
+        super().__init__(logging.INFO)
         self.events: list[tuple] = []
 
     def progress(self, phase: str, done: int, total: int, **info) -> None:
         self.events.append(("progress", phase, done, total, info))
 
-    def log(self, level: str, message: str) -> None:
-        self.events.append(("log", level, message))
+    def emit(self, record: logging.LogRecord) -> None:
+        self.events.append(("log", level_name(record.levelno), record.getMessage()))
 
 
-def test_a_download_says_where_from_how_far_and_when_it_is_verified(tmp_path: Path, online: None) -> None:
+@pytest.fixture
+def hooks():
+    logger = logging.getLogger("sapo_core.downloads")
+    recorder, level = Recorder(), logger.level
+    logger.addHandler(recorder)
+    logger.setLevel(logging.INFO)
+    yield recorder
+    logger.removeHandler(recorder)
+    logger.setLevel(level)
+
+
+def test_a_download_says_where_from_how_far_and_when_it_is_verified(tmp_path: Path, online: None, hooks) -> None:
     from sapo_core.downloads import DownloadReport
 
-    hooks, entry = Recorder(), tiny_entry()
+    entry = tiny_entry()
     with FakeHub(PAYLOAD) as hub:
-        path = resolve_model_file(entry, tmp_path, DownloadReport(hooks.progress, hooks.log), endpoint=hub.url)
+        path = resolve_model_file(entry, tmp_path, DownloadReport(hooks.progress), endpoint=hub.url)
     assert path.read_bytes() == PAYLOAD
     first, *_, last = hooks.events
     assert first == ("log", "info", f"downloading {entry.title} (3 MB) from 127.0.0.1 …")
@@ -199,17 +213,17 @@ def test_a_download_says_where_from_how_far_and_when_it_is_verified(tmp_path: Pa
     assert steps[-1][4]["model"] == entry.title and steps[-1][4]["size_bytes"] == len(PAYLOAD)
     # found in the cache the next time: nothing to report
     hooks.events.clear()
-    assert resolve_model_file(entry, tmp_path, DownloadReport(hooks.progress, hooks.log),
+    assert resolve_model_file(entry, tmp_path, DownloadReport(hooks.progress),
                               endpoint=closed_port_url()) == path
     assert hooks.events == []
 
 
-def test_a_download_that_fails_verification_reports_it_and_leaves_no_file(tmp_path: Path, online: None) -> None:
+def test_a_download_that_fails_verification_reports_it_and_leaves_no_file(tmp_path: Path, online: None,
+                                                                           hooks) -> None:
     from sapo_core.downloads import DownloadReport
 
-    hooks = Recorder()
     with FakeHub(PAYLOAD) as hub, pytest.raises(ModelUnavailable, match="SHA-256.*deleted"):
-        resolve_model_file(tiny_entry(sha256="0" * 64), tmp_path, DownloadReport(hooks.progress, hooks.log),
+        resolve_model_file(tiny_entry(sha256="0" * 64), tmp_path, DownloadReport(hooks.progress),
                            endpoint=hub.url)
     assert list(tmp_path.glob("models--*/blobs/*")) == []
     (warning,) = [e for e in hooks.events if e[0] == "log" and e[1] == "warning"]
@@ -218,7 +232,8 @@ def test_a_download_that_fails_verification_reports_it_and_leaves_no_file(tmp_pa
     assert "SHA-256" in last[4]["failed"] and not any(e[0] == "log" and "verified" in e[2] for e in hooks.events)
 
 
-def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_path: Path, online: None) -> None:
+def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_path: Path, online: None,
+                                                                          hooks) -> None:
     """The report's stop check raises Interrupted from the byte callback: it passes through (no
     fallback to the embedded model, no failure reported), and the partial file is gone
     (huggingface_hub deletes its per-process temporary file): nothing half-downloaded is ever
@@ -229,7 +244,7 @@ def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_pat
     from sapo_core.hooks import Interrupted
 
     payload = b"GGUF" + bytes(range(256)) * (DOWNLOAD_CHUNK_SIZE * 22 // 10 // 256)  # 2.2 chunks
-    entry, hooks = tiny_entry(payload), Recorder()
+    entry = tiny_entry(payload)
     calls = []
 
     def stop_after_a_chunk() -> bool:
@@ -239,7 +254,7 @@ def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_pat
     with FakeHub(payload) as hub:
         with pytest.raises(Interrupted):
             resolve_or_embedded(entry, load_catalogue(), tmp_path,
-                                DownloadReport(hooks.progress, hooks.log, should_stop=stop_after_a_chunk),
+                                DownloadReport(hooks.progress, should_stop=stop_after_a_chunk),
                                 endpoint=hub.url)
         assert list(tmp_path.glob("models--*/blobs/*")) == list(tmp_path.glob("models--*/snapshots/*/*")) == []
         assert not (tmp_path / "verified.json").exists()
@@ -254,12 +269,17 @@ def test_commands_in_a_terminal_print_a_first_download(tmp_path: Path, online: N
     so (the node's lines, prefixed with the command), and says nothing of other phases."""
     import io
 
+    from sapo_core import logs
     from sapo_core.downloads import TerminalHooks, terminal_download
 
     out = io.StringIO()
-    with FakeHub(PAYLOAD) as hub:
-        path = resolve_model_file(tiny_entry(), tmp_path, progress=terminal_download("sapo-node export", out),
-                                  endpoint=hub.url)
+    logs.to_stderr(prefix="sapo-node export: ", stream=out)  # as `sapo-node export` does (cli.py)
+    try:
+        with FakeHub(PAYLOAD) as hub:
+            path = resolve_model_file(tiny_entry(), tmp_path, progress=terminal_download("sapo-node export", out),
+                                      endpoint=hub.url)
+    finally:
+        logs.uninstall()
     assert path.read_bytes() == PAYLOAD
     lines = out.getvalue().splitlines()
     print("\n".join(lines))

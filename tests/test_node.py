@@ -6,6 +6,8 @@ tokenizer, transformers sampler); the slow one runs the real embedded model with
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -209,6 +211,7 @@ class RaisingSource(SolvedGroups):
 
 
 def test_a_gather_or_publish_that_raises_costs_the_round_its_sharing_not_the_round(tmp_path, data_dir, caplog):
+    caplog.set_level(logging.INFO, logger="sapo_core")
     cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 2})
     node = Node(cfg, source=RaisingSource(cfg.tasks, publish_raises=True))
     node.setup()
@@ -220,7 +223,7 @@ def test_a_gather_or_publish_that_raises_costs_the_round_its_sharing_not_the_rou
     assert m["swarm/gather_failed"] == 1 and m["swarm/publish_raised"] == 1 and m["groups/external"] == 0
     assert m2["swarm/gather_failed"] == 1 and m2["swarm/publish_raised"] == 0
     assert m["swarm/peers"] == 1.0  # the source's own figures still recorded
-    assert any(r.levelname == "ERROR" and "gather failed" in r.getMessage() and "TypeError" in r.getMessage()
+    assert any(r.levelno == logging.ERROR and "gather failed" in r.getMessage() and "TypeError" in r.getMessage()
                for r in caplog.records)
     from sapo_core.store import STORE_NAME
 
@@ -266,17 +269,17 @@ def test_a_peer_completion_gets_our_stop_token_only_if_finished_and_not_cut(tmp_
 
 
 def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tmp_path, data_dir, caplog):
+    caplog.set_level(logging.INFO, logger="sapo_core")
     cfg = tiny_config(tmp_path / "run", **{"eval.enabled": True, "eval.questions": 2, "eval.samples": 2,
                                            "eval.every_rounds": 3, "eval.max_share": 1.0,
                                            "round.external_groups": 1})
-    caplog.set_level("INFO", logger="sapo_core.node")
     node = Node(cfg, source=SolvedGroups(cfg.tasks))
     node.setup()
     figures = [node.run_round(), node.run_round(final=True), node.run_round(), node.run_round()]
     node.close()
     with_eval = [i + 1 for i, m in enumerate(figures) if "eval/solve_rate" in m]
     assert with_eval == [1, 2, 3]  # the baseline in round 1, the last round of a run, every 3 rounds
-    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("held-out:")]
+    said = [m for m in caplog.messages if m.startswith("held-out:")]
     assert len(said) == 3 and "(the base model)" in said[0] and "gain" not in said[0]
     assert "gain " in said[1] and "(the base model)" not in said[1]
     for key in ("eval/solve_rate", "eval/solve_rate_base", "eval/gain", "eval/gain_ci_low", "eval/gain_ci_high",

@@ -8,16 +8,19 @@ only the groups are made up (the right answer in some completions) instead of sa
 from __future__ import annotations
 
 import dataclasses
+import logging
 import multiprocessing
 import random
 import socket
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 
 from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.hooks import NullHooks
+from sapo_core.logs import level_name
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.source import NoSwarm, open_swarm
 from sapo_core.tasks import TaskSet

@@ -2,6 +2,7 @@
 with one summary line naming its figures.
 
 Each lives in `sapo_core/bench/<name>.py` with `configure(parser)` and `run(args) -> int`.
+Each takes `--log-level` (logs.py): the node's log records print on stderr, `sapo-bench NAME: ...`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from sapo_core import logs
 
 BENCHMARKS: list[tuple[str, str]] = [
     ("swarm", "publish/gather latency p50/p95 and bytes per round of N light peers on loopback"),
@@ -34,10 +37,13 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=escaped, description=help_text)
         if name == chosen:
             importlib.import_module(f"sapo_core.bench.{name}").configure(p)
+        logs.add_level_argument(p)
     args = parser.parse_args(argv)
     if not args.bench:
         parser.print_help()
         return 2
+    logs.apply_level_argument(args)
+    logs.to_stderr(prefix=f"sapo-bench {args.bench}: ")
     return int(importlib.import_module(f"sapo_core.bench.{args.bench}").run(args) or 0)
 
 

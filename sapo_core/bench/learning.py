@@ -30,20 +30,6 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="any other config value, e.g. --set train.learning_rate=1e-4 (repeatable)")
 
 
-class _Hooks:
-    """Prints the node's warnings and the held-out lines as they come."""
-
-    def checkpoint(self) -> None:
-        return None
-
-    def progress(self, phase: str, done: int, total: int, **info) -> None:
-        return None
-
-    def log(self, level: str, message: str) -> None:
-        if level in ("warning", "error") or message.startswith(("held-out", "curriculum")):
-            print(f"  {level}: {message}", flush=True)
-
-
 def learning_config(run_dir: Path, rounds: int, threads: int, sets: list[str]):
     from sapo_core.commands.run import _parse_value
     from sapo_core.config import NodeConfig
@@ -77,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = learning_config(run_dir, args.rounds, args.threads, args.set)
         print(f"learning bench: {args.rounds} rounds alone in {run_dir}, load average "
               f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
-        node = Node(cfg, _Hooks())
+        node = Node(cfg)  # its warnings, held-out and curriculum lines: log records, on stderr
         started = time.time()
         try:
             node.setup()

@@ -82,9 +82,9 @@ class EventDisplay:
         elif isinstance(ev, P.State):
             self._state(ev)
         elif isinstance(ev, P.Log):
-            if ev.level != "debug":
-                style = {"error": "red", "warning": "yellow"}.get(ev.level, "dim")
-                c.print(f"[{style}]{ev.level}: {escape(ev.message)}[/]")
+            # the node sends what its level lets through (SAPO_LOG_LEVEL, which it inherits from us)
+            style = {"error": "red", "warning": "yellow"}.get(ev.level, "dim")
+            c.print(f"[{style}]{ev.level}: {escape(ev.message)}[/]")
         elif isinstance(ev, P.Error):
             self.last_error = ev.message
             c.print(f"[red]error: {escape(ev.message)}[/]")

@@ -19,10 +19,13 @@ no checkpoint to take effect while llama.cpp is in a long call.
 
 State events are emitted on changes only. Holds in priority order: the user's pause, a
 snooze, a rule. Standard library only besides the protocol: the heavy parts live in Node.
+Log lines are not a hook: modules log with `logging`, and the worker's handler (logs.py) turns
+the records into `Log` events.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +35,8 @@ from typing import Any, Callable
 from sapo_core.control import protocol as P
 from sapo_core.control.throttle import DutyCycle
 from sapo_core.hooks import Interrupted
+
+log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL = 0.25  # seconds between two progress events of one phase
 NETWORK_PHASES = ("share", "gather")  # mostly waiting on peers: not work for the duty cycle
@@ -167,9 +172,6 @@ class Controller:
         clean = {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in info.items()}
         self._emit(P.Progress(round=self.round, phase=phase, done=int(done), total=int(total), info=clean))
 
-    def log(self, level: str, message: str) -> None:
-        self._emit(P.Log(level=level, message=message, t=time.time()))
-
     # --- the round loop's own calls -------------------------------------------------------------
     def between_rounds(self, next_round: int) -> bool:
         """Before each round: hold while asked, then True to run it, False to stop."""
@@ -293,8 +295,7 @@ class Controller:
         try:
             self.hold_native(want)
         except Exception as e:  # the pause still happens at the next checkpoint
-            self._emit(P.Log(level="warning", message=f"could not {'suspend' if want else 'resume'} the "
-                                                      f"sampler process: {e}", t=time.time()))
+            log.warning(f"could not {'suspend' if want else 'resume'} the sampler process: {e}")
         self._native_held = want
 
     def _apply_pending_threads(self) -> None:
@@ -304,7 +305,7 @@ class Controller:
         if self.apply_threads is not None:
             self.apply_threads(n)
         self.threads = n
-        self._emit(P.Log(level="info", message=f"threads set to {n or 'all physical cores'}", t=time.time()))
+        log.info(f"threads set to {n or 'all physical cores'}")
 
     def _publish(self, state: str, reason: str, until: float | None = None) -> None:
         if (state, reason) == (self.state, self.reason):

@@ -19,12 +19,16 @@ every barrier while another program holds a core collapsed a training step
 (docs/environment.md, 'OpenMP threads under contention'), and burns CPU time the throttle
 is trying to give back.
 
+Logging: every record of the process (ours, hivemind's, transformers', Python warnings) becomes
+a `Log` event through one handler (logs.py); `SAPO_LOG_LEVEL` in the environment sets the level.
+
 Exit codes: 0 stopped, 1 crashed, 2 cannot run as configured (a restart would not help).
 """
 
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
 import queue
 import signal
@@ -34,12 +38,15 @@ import time
 import traceback
 from typing import BinaryIO
 
+from sapo_core import logs
 from sapo_core.config import ConfigError, ControlConfig, NodeConfig, from_dict, to_dict
 from sapo_core.control import protocol as P
 from sapo_core.control.controller import Controller
 from sapo_core.control.nativehold import hold_sampler, thread_cpu_seconds
 from sapo_core.control.rules import Rules
 from sapo_core.hooks import Interrupted
+
+log = logging.getLogger("sapo_core.control.worker")  # not __name__: it runs as __main__
 
 HEARTBEAT_SECONDS = 1.0
 _DROPPABLE = (P.Progress, P.Heartbeat)  # shed first when the client does not keep up
@@ -69,8 +76,13 @@ class EventWriter:
                 self.broken.set()  # the client has gone; the reader's end of stdin will stop us
 
     def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued, then close the stream: the reader sees its end."""
         self._queue.put(None)
         self._thread.join(timeout)
+        try:
+            self._out.close()
+        except OSError:
+            pass
 
 
 def _config_kind(e: BaseException) -> str:
@@ -160,7 +172,7 @@ class Worker:
                 except Exception as e:  # a sensor that fails must not stop the node
                     if str(e) != failed:
                         failed = str(e)
-                        self.ctl.log("warning", f"could not read the machine's state for the rules: {e}")
+                        log.warning(f"could not read the machine's state for the rules: {e}")
             self.ctl.set_rule_reason(reason)
             self._rules_wake.wait(self.control.check_seconds)
             self._rules_wake.clear()
@@ -178,10 +190,10 @@ class Worker:
             try:
                 change = gov.observe(meter.read())
             except Exception as e:  # a sensor that fails must not stop the node
-                self.ctl.log("warning", f"could not read the CPU load to fit the threads: {e}")
+                log.warning(f"could not read the CPU load to fit the threads: {e}")
                 continue
             if change is not None:
-                self.ctl.log("info", change.message)
+                log.info(change.message)
                 self.ctl.set_threads(change.threads)
 
     def heartbeat(self) -> None:
@@ -217,6 +229,8 @@ class Worker:
             from sapo_core.control.layerhooks import install_layer_checkpoints
             from sapo_core.node import Node
 
+            # the libraries the node loads log through our handler from their first line on
+            logs.adopt_library_loggers(load=("transformers", "hivemind") if cfg.swarm.enabled else ("transformers",))
             self.ctl.set_state(P.STARTING, "loading the model")
             node = Node(cfg, self.ctl)
             node.setup()
@@ -253,7 +267,7 @@ class Worker:
             try:
                 metrics = node.run_round(final=last)  # the last round of a set length ends with an evaluation
             except Interrupted:
-                self.ctl.log("info", f"stopped during round {r}; it runs again on the next start")
+                log.info(f"stopped during round {r}; it runs again on the next start")
                 return self.ctl.stop_reason or "stopped"
             self.writer.emit(P.RoundDone(round=r, metrics=metrics))
             done += 1
@@ -261,7 +275,7 @@ class Worker:
             if gov is not None:
                 change = gov.after_round(r, float(metrics.get("train/tok_per_s", 0.0)), self.ctl.duty.share)
                 if change is not None:
-                    self.ctl.log("warning", change.message)
+                    log.warning(change.message)
                     self.ctl.set_threads(change.threads)
 
     def _start_governor(self, cfg: NodeConfig, start: int) -> None:
@@ -286,7 +300,7 @@ class Worker:
         try:
             node.close()
         except Exception as e:  # closing must not hide why we are closing
-            self.ctl.log("warning", f"while closing the node: {e}")
+            log.warning(f"while closing the node: {e}")
 
     def _fail(self, e: BaseException, kind: str) -> int:
         message = str(e) or type(e).__name__
@@ -306,6 +320,7 @@ def main() -> int:
     if hasattr(signal, "SIGINT"):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's; it asks us to stop
     writer = EventWriter(events_fd)
+    logs.to_events(writer.emit)  # every record, ours and the libraries', becomes a Log event
     try:
         from importlib.metadata import version
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Awaitable, Callable, Mapping, Sequence
@@ -33,7 +34,7 @@ from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.reachability import REACHABLE, UNKNOWN, UNREACHABLE, DialbackService, Reachability
 from sapo_core.swarm.validation import ReasonCounter, make_validators
 
-LogFn = Callable[[str, str], None]  # (level, message)
+log = logging.getLogger(__name__)
 
 
 class SwarmError(RuntimeError):
@@ -48,12 +49,11 @@ class SwarmDHT:
     """Owns the event loop thread, the DHTNode (and its p2pd child) and the rejoin task."""
 
     def __init__(self, cfg: SwarmConfig, identity: NodeIdentity, keyspace: KeySpace,
-                 dht_rejections: ReasonCounter, log: LogFn) -> None:
+                 dht_rejections: ReasonCounter) -> None:
         self.cfg = cfg
         self.identity = identity
         self.keyspace = keyspace
         self.dht_rejections = dht_rejections
-        self._log = log
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="sapo-swarm-dht", daemon=True)
         self._node: Any = None
@@ -101,6 +101,9 @@ class SwarmDHT:
         from hivemind.dht.routing import DHTID
         from hivemind.dht.validation import CompositeValidator
 
+        from sapo_core.logs import adopt_library_loggers
+
+        adopt_library_loggers()  # hivemind's records reach the Log tab, not its own stderr handler
         validator = CompositeValidator(make_validators(self._hivemind_key, self.keyspace,
                                                        self.dht_rejections))
         kwargs: dict[str, Any] = dict(
@@ -139,8 +142,8 @@ class SwarmDHT:
             await self._check_reachability()
             if (self.reachability.status == UNREACHABLE and not self.client_mode
                     and self.cfg.reachability == "auto"):
-                self._log("warning", f"swarm: peers cannot dial this node ({self.reachability.detail}); "
-                                     f"restarting it as a DHT client")
+                log.warning(f"swarm: peers cannot dial this node ({self.reachability.detail}); "
+                            f"restarting it as a DHT client")
                 await self._node.shutdown()
                 self.client_mode = True
                 # a fresh DHT id: peers still list the server we were under the old one, and a
@@ -152,23 +155,23 @@ class SwarmDHT:
                 self.reachability = dataclasses.replace(self.reachability, relayed=self._relayed())
         if not self.client_mode:
             await DialbackService(self._node.p2p).start()
-        self._log("info", f"swarm: {self.reachability.words()}")
+        log.info(f"swarm: {self.reachability.words()}")
         self._reachability_task = asyncio.create_task(self._recheck_reachability())
         if self.cfg.lan_discovery:
             await self._start_discovery()
         if self.cfg.initial_peers:
             if self.num_peers() > 0:
-                self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
+                log.info(f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
             self._rejoin_task = asyncio.create_task(self._keep_joined())
         else:
             from sapo_core.swarm.reachability import is_private
 
             address = self.best_maddr()
-            self._log("info", f"hosting a new swarm '{self.cfg.swarm_name}'; others join with "
-                              f"--initial-peers {address or '(no address found)'}")
+            log.info(f"hosting a new swarm '{self.cfg.swarm_name}'; others join with "
+                     f"--initial-peers {address or '(no address found)'}")
             if address and is_private(address):
-                self._log("warning", "swarm: that address is private: only computers on this network can "
-                                     "join through it (docs/swarm.md, Joining)")
+                log.warning("swarm: that address is private: only computers on this network can "
+                            "join through it (docs/swarm.md, Joining)")
 
     async def _create_joined(self, node_cls: Any, kwargs: dict[str, Any]) -> Any:
         """DHTNode.create with the initial peers, retried with backoff; alone if none answers.
@@ -189,13 +192,13 @@ class SwarmDHT:
                     return node
                 await node.shutdown()
             if attempt < self.cfg.join_attempts:
-                self._log("warning", f"no peer answered at {peers} (attempt {attempt}/{self.cfg.join_attempts}); "
-                                     f"retrying in {delay:.0f} s")
+                log.warning(f"no peer answered at {peers} (attempt {attempt}/{self.cfg.join_attempts}); "
+                            f"retrying in {delay:.0f} s")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.cfg.rejoin_max_seconds)
         if self.cfg.initial_peers:
-            self._log("warning", f"no peer answered at {peers}: check the address and that the peer is running. "
-                                 f"Training alone meanwhile; retrying with backoff")
+            log.warning(f"no peer answered at {peers}: check the address and that the peer is running. "
+                        f"Training alone meanwhile; retrying with backoff")
         alone = dict(kwargs, initial_peers=None, check_if_identity_free=False)
         return await node_cls.create(**alone)
 
@@ -229,10 +232,10 @@ class SwarmDHT:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # asked again later
-                    self._log("warning", f"swarm: reachability check failed: {type(e).__name__}: {e}")
+                    log.warning(f"swarm: reachability check failed: {type(e).__name__}: {e}")
                     continue
                 if self.reachability.status != UNKNOWN:
-                    self._log("info", f"swarm: {self.reachability.words()}")
+                    log.info(f"swarm: {self.reachability.words()}")
 
     async def _start_discovery(self) -> None:
         from sapo_core.swarm.discovery import (DiscoveryError, LanDiscovery, addresses_to_announce,
@@ -253,7 +256,7 @@ class SwarmDHT:
             await loop.run_in_executor(None, self.discovery.start)
         except DiscoveryError as e:
             self.discovery = None
-            self._log("warning", f"swarm: LAN discovery is off: {e}")
+            log.warning(f"swarm: LAN discovery is off: {e}")
 
     async def _dial_found(self, peer_id: str, maddrs: list[str]) -> None:
         """A node of our swarm announced itself on the LAN: dial it unless we know it already."""
@@ -266,11 +269,11 @@ class SwarmDHT:
                 return
             if await self._dial(peer_id, maddrs):
                 self.lan_peers.add(peer_id)
-                self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {peer_id}, found on the local network")
+                log.info(f"joined swarm '{self.cfg.swarm_name}' via {peer_id}, found on the local network")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a stale or bogus announcement costs one try
-            self._log("debug", f"swarm: LAN peer {peer_id[:16]}… did not answer: {type(e).__name__}")
+            log.debug(f"swarm: LAN peer {peer_id[:16]}… did not answer: {type(e).__name__}")
 
     def figures(self) -> dict[str, float]:
         """This node's joining state for the round's metrics (the app's Swarm tab reads them)."""
@@ -317,7 +320,7 @@ class SwarmDHT:
         while not self._closed:
             if self.num_peers() > 0:
                 if alone:  # a peer reached us, or a dial that timed out half-way still got through
-                    self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
+                    log.info(f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
                     alone = False
                 delay = self.cfg.rejoin_min_seconds
                 await asyncio.sleep(self.cfg.rejoin_min_seconds * 4)
@@ -333,13 +336,13 @@ class SwarmDHT:
                 except Exception:  # unreachable peers are the normal case here
                     continue
                 if self.num_peers() > 0:
-                    self._log("info", f"joined swarm '{self.cfg.swarm_name}' via {maddr}")
+                    log.info(f"joined swarm '{self.cfg.swarm_name}' via {maddr}")
                     alone = False
                     break
             else:
                 if delay < self.cfg.rejoin_max_seconds:  # say it while the pause grows, then stay quiet
                     delay = min(delay * 2, self.cfg.rejoin_max_seconds)
-                    self._log("warning", f"still no peer answers; next try in {delay:.0f} s")
+                    log.warning(f"still no peer answers; next try in {delay:.0f} s")
 
     def close(self) -> None:
         if self._closed:
@@ -349,7 +352,7 @@ class SwarmDHT:
             try:
                 self._call(self._shutdown(), timeout=15)
             except Exception as e:  # closing must not raise: p2pd is reaped when we exit anyway
-                self._log("warning", f"swarm shutdown was not clean: {type(e).__name__}: {e}")
+                log.warning(f"swarm shutdown was not clean: {type(e).__name__}: {e}")
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
             if not self._thread.is_alive():
@@ -414,10 +417,10 @@ class SwarmDHT:
                 except asyncio.CancelledError:
                     raise
                 except asyncio.TimeoutError:
-                    self._log("warning", f"swarm: re-publishing took over {self.cfg.publish_timeout:.0f} s; "
-                                         f"the next round publishes anew")
+                    log.warning(f"swarm: re-publishing took over {self.cfg.publish_timeout:.0f} s; "
+                                f"the next round publishes anew")
                 except Exception as e:  # the next round publishes anew anyway
-                    self._log("warning", f"swarm: re-publishing failed: {type(e).__name__}: {e}")
+                    log.warning(f"swarm: re-publishing failed: {type(e).__name__}: {e}")
 
         def schedule() -> None:
             self._periodic.append(asyncio.ensure_future(loop()))

@@ -23,6 +23,7 @@ Nothing a peer sends raises out of `gather()`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import random
 import threading
@@ -43,6 +44,8 @@ from sapo_core.swarm.verify import (
     CompletionCutter, PeerReputation, QuestionSource, VerifyLimits, sample_groups, verify_record,
 )
 
+
+log = logging.getLogger(__name__)
 
 REPUBLISH_WINDOWS = 2  # how long a round may outlast its window and stay readable
 
@@ -165,8 +168,8 @@ class DhtRolloutSource:
                             self.cfg.max_record_kib * 1024, receipts=receipts)
         items = self._items(fitted.record, fitted.signal_groups, now)
         if fitted.dropped_groups or fitted.dropped_completions:
-            self.hooks.log("info", f"swarm: record cut to {self.cfg.max_record_kib} KiB: {fitted.dropped_groups} "
-                                   f"group(s), {fitted.dropped_completions} completion(s) left out")
+            log.info(f"swarm: record cut to {self.cfg.max_record_kib} KiB: {fitted.dropped_groups} "
+                     f"group(s), {fitted.dropped_completions} completion(s) left out")
         f = self._figures
         try:
             ok = self.dht.store(items, timeout=self.cfg.publish_timeout)
@@ -196,8 +199,8 @@ class DhtRolloutSource:
             raise
         except Exception as e:
             self._figures["gather_errors"] += 1
-            self.hooks.log("error", f"swarm: gather failed, training on local groups only: "
-                                    f"{type(e).__name__}: {e}")
+            log.error(f"swarm: gather failed, training on local groups only: "
+                      f"{type(e).__name__}: {e}")
             return []
 
     def _gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
@@ -253,8 +256,8 @@ class DhtRolloutSource:
         if not strike:
             self.reputation.count(peer, Counter({reason: n}))
         elif self.reputation.strike(peer, reason, n):
-            self.hooks.log("warning", f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
-                                      f"{self.cfg.ignore_minutes:g} min: its groups keep being {reason}")
+            log.warning(f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
+                        f"{self.cfg.ignore_minutes:g} min: its groups keep being {reason}")
 
     def stats(self) -> dict[str, float]:
         f = self._figures
@@ -309,10 +312,10 @@ class DhtRolloutSource:
         """A DHT call timed out or failed: count it, say it, and let the round go on."""
         if isinstance(error, TimeoutError):
             self._figures["dht_timeouts"] += 1
-            self.hooks.log("warning", f"swarm: {what} timed out ({error})")
+            log.warning(f"swarm: {what} timed out ({error})")
         else:
             self._figures["dht_errors"] += 1
-            self.hooks.log("warning", f"swarm: {what} failed: {type(error).__name__}: {error}")
+            log.warning(f"swarm: {what} failed: {type(error).__name__}: {error}")
 
     # --- gather's steps ---------------------------------------------------------------------
 
@@ -449,8 +452,8 @@ class DhtRolloutSource:
         except Exception as e:
             self._figures["verify_errors"] += 1
             self.reputation.observe(entry.peer_id, Counter({"verify_error": 1}), True)
-            self.hooks.log("warning", f"swarm: verifying peer {node_name(entry.peer_id)}'s record failed "
-                                      f"({type(e).__name__}: {e}); its record is dropped")
+            log.warning(f"swarm: verifying peer {node_name(entry.peer_id)}'s record failed "
+                        f"({type(e).__name__}: {e}); its record is dropped")
             return []
 
     def _verify_peer_record(self, entry: IndexEntry, values: Any, limits: VerifyLimits = VerifyLimits()) -> list[Group]:
@@ -482,11 +485,11 @@ class DhtRolloutSource:
         for reason, n in rejected.items():
             f[f"rejected/{reason}"] += n
         if self.reputation.observe(peer, rejected, junk, accepted=len(accepted), useless=useless, neutral=neutral):
-            self.hooks.log("warning", f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
-                                      f"{self.cfg.ignore_minutes:g} min: it keeps sending junk or nothing useful")
+            log.warning(f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
+                        f"{self.cfg.ignore_minutes:g} min: it keeps sending junk or nothing useful")
         elif junk:
-            self.hooks.log("warning", f"swarm: peer {node_name(peer)} sent junk: "
-                                      + ", ".join(f"{n} {r}" for r, n in sorted(rejected.items())))
+            log.warning(f"swarm: peer {node_name(peer)} sent junk: "
+                        + ", ".join(f"{n} {r}" for r, n in sorted(rejected.items())))
         return accepted
 
     def _judge_record(self, entry: IndexEntry, record: Record, limits: VerifyLimits,
@@ -592,8 +595,8 @@ def open_swarm(cfg: SwarmConfig, tasks: QuestionSource, identity_dir: Path,
 
     identity = load_or_create_identity(Path(cfg.identity_path) if cfg.identity_path
                                        else Path(identity_dir) / KEY_FILE_NAME)
-    hooks.log("info", f"swarm: this node is {identity.name} ({identity.peer_id})")
+    log.info(f"swarm: this node is {identity.name} ({identity.peer_id})")
     keyspace = KeySpace(cfg.swarm_name, cfg.window_seconds, cfg.shards)
-    dht = SwarmDHT(cfg, identity, keyspace, ReasonCounter(), hooks.log)
+    dht = SwarmDHT(cfg, identity, keyspace, ReasonCounter())
     dht.start()
     return DhtRolloutSource(cfg, tasks, identity, dht, hooks, cutter=cutter)
