@@ -34,7 +34,9 @@ def is_enabled() -> bool:
     if sys.platform == "win32":
         from PySide6.QtCore import QSettings
 
-        run = QSettings(r"HKEY_CURRENT_USER\Software\Microsoft\Windows\CurrentVersion\Run", QSettings.Format.NativeFormat)
+        run = QSettings(
+            r"HKEY_CURRENT_USER\Software\Microsoft\Windows\CurrentVersion\Run", QSettings.Format.NativeFormat
+        )
         return run.contains(ENTRY)
     return (_plist() if sys.platform == "darwin" else _desktop_file()).is_file()
 
@@ -44,7 +46,9 @@ def set_enabled(on: bool) -> None:
     if sys.platform == "win32":
         from PySide6.QtCore import QSettings
 
-        run = QSettings(r"HKEY_CURRENT_USER\Software\Microsoft\Windows\CurrentVersion\Run", QSettings.Format.NativeFormat)
+        run = QSettings(
+            r"HKEY_CURRENT_USER\Software\Microsoft\Windows\CurrentVersion\Run", QSettings.Format.NativeFormat
+        )
         if on:
             run.setValue(ENTRY, " ".join(f'"{a}"' for a in command()))
         else:
@@ -58,13 +62,17 @@ def set_enabled(on: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if sys.platform == "darwin":
         args = "".join(f"<string>{a}</string>" for a in command())
-        text = ('<?xml version="1.0" encoding="UTF-8"?>\n<plist version="1.0"><dict>'
-                f"<key>Label</key><string>org.sapo-swarm</string><key>ProgramArguments</key><array>{args}</array>"
-                "<key>RunAtLoad</key><true/></dict></plist>\n")
+        text = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<plist version="1.0"><dict>'
+            f"<key>Label</key><string>org.sapo-swarm</string><key>ProgramArguments</key><array>{args}</array>"
+            "<key>RunAtLoad</key><true/></dict></plist>\n"
+        )
     else:
-        text = ("[Desktop Entry]\nType=Application\nName=SAPO Swarm\n"
-                "Comment=Post-train a small language model with a swarm of peers (SAPO)\n"
-                f"Exec={shlex.join(command())}\nTerminal=false\nX-GNOME-Autostart-enabled=true\n")
+        text = (
+            "[Desktop Entry]\nType=Application\nName=SAPO Swarm\n"
+            "Comment=Post-train a small language model with a swarm of peers (SAPO)\n"
+            f"Exec={shlex.join(command())}\nTerminal=false\nX-GNOME-Autostart-enabled=true\n"
+        )
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -5,15 +5,19 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
-HELP_TEXT = ("<p>Your computer answers practice questions with a small language model, scores the answers, "
-             "and trains the model on them (SAPO: swarm GRPO). With a swarm, nodes share their scored answers, "
-             "so each one also learns from the others'.</p><p><b>Dashboard</b>: is the model getting better "
-             "(held-out questions it never trains on), and what you gave. <b>Try it</b>: ask the model you "
-             "started from and the one you trained the same question. <b>Settings</b>: how much of this "
-             "computer to share and when. Pausing is always safe: the node resumes where it stopped.</p>"
-             "<p>Keys: Ctrl+1…5 switch tabs, Ctrl+R starts, Ctrl+E exports the model, Ctrl+Q quits.</p>")
-ABOUT_TEXT = ("Volunteer post-training of small language models with SAPO (Swarm sAmpling Policy "
-              "Optimization). Models keep their own licences; see the model card of an export.")
+HELP_TEXT = (
+    "<p>Your computer answers practice questions with a small language model, scores the answers, "
+    "and trains the model on them (SAPO: swarm GRPO). With a swarm, nodes share their scored answers, "
+    "so each one also learns from the others'.</p><p><b>Dashboard</b>: is the model getting better "
+    "(held-out questions it never trains on), and what you gave. <b>Try it</b>: ask the model you "
+    "started from and the one you trained the same question. <b>Settings</b>: how much of this "
+    "computer to share and when. Pausing is always safe: the node resumes where it stopped.</p>"
+    "<p>Keys: Ctrl+1…5 switch tabs, Ctrl+R starts, Ctrl+E exports the model, Ctrl+Q quits.</p>"
+)
+ABOUT_TEXT = (
+    "Volunteer post-training of small language models with SAPO (Swarm sAmpling Policy "
+    "Optimization). Models keep their own licences; see the model card of an export."
+)
 
 
 class ErrorBanner(QFrame):

@@ -55,8 +55,14 @@ class WorkerBridge(QObject):
 
     _relay = Signal(object)  # from the client's threads to the GUI thread (queued)
 
-    def __init__(self, parent: QObject | None = None, *, env: dict[str, str] | None = None,
-                 restart_on_crash: bool = True, heartbeat_timeout: float | None = 60.0) -> None:
+    def __init__(
+        self,
+        parent: QObject | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        restart_on_crash: bool = True,
+        heartbeat_timeout: float | None = 60.0,
+    ) -> None:
         super().__init__(parent)
         self.env = env
         self.restart_on_crash = restart_on_crash
@@ -77,8 +83,9 @@ class WorkerBridge(QObject):
         if self.node is None or self._stopping:
             return False
         if isinstance(self.node, NodeSupervisor):
-            return not self.node.gave_up and (self.node.client is not None and self.node.client.alive
-                                              or self.node.restart_at is not None)
+            return not self.node.gave_up and (
+                self.node.client is not None and self.node.client.alive or self.node.restart_at is not None
+            )
         return self.node.alive
 
     def start(self, cfg: NodeConfig, paused: bool = False, rounds: int = 0) -> None:
@@ -88,13 +95,15 @@ class WorkerBridge(QObject):
         self.config, self._stopping = cfg, False
         self.last_error = None
         if self.restart_on_crash:
-            node: NodeSupervisor | NodeClient = NodeSupervisor(on_event=self._relay.emit, env=self.env,
-                                                               heartbeat_timeout=self.heartbeat_timeout)
+            node: NodeSupervisor | NodeClient = NodeSupervisor(
+                on_event=self._relay.emit, env=self.env, heartbeat_timeout=self.heartbeat_timeout
+            )
         else:
             node = NodeClient(on_event=self._relay.emit, env=self.env, heartbeat_timeout=self.heartbeat_timeout)
         self.node = node
-        threading.Thread(target=self._start_blocking, args=(node, cfg, paused, rounds), name="sapo-start-node",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._start_blocking, args=(node, cfg, paused, rounds), name="sapo-start-node", daemon=True
+        ).start()
 
     def _start_blocking(self, node: NodeSupervisor | NodeClient, cfg: NodeConfig, paused: bool, rounds: int) -> None:
         try:
@@ -134,8 +143,11 @@ class WorkerBridge(QObject):
         return ok
 
     def pause(self, after_round: bool = False) -> bool:
-        return self._send("pause after this round" if after_round else "pause now",
-                          self.node.pause if self.node else None, after_round)
+        return self._send(
+            "pause after this round" if after_round else "pause now",
+            self.node.pause if self.node else None,
+            after_round,
+        )
 
     def resume(self) -> bool:
         return self._send("resume", self.node.resume if self.node else None)

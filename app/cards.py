@@ -18,9 +18,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from sapo_core.contributions import HeldOutSummary
-
 from app.models import RoundHistory
+from sapo_core.contributions import HeldOutSummary
 
 
 def held_out(history: RoundHistory) -> HeldOutSummary | None:
@@ -32,16 +31,25 @@ def held_out(history: RoundHistory) -> HeldOutSummary | None:
     base = history.last("eval/solve_rate_base", float(rates[0]))
     gain = history.last("eval/gain", now - base)
     low, high = history.last("eval/gain_ci_low"), history.last("eval/gain_ci_high")
-    return HeldOutSummary(base=base, now=now, round=int(history.get("eval/solve_rate")[0][-1]), gain=gain,
-                   ci_low=None if math.isnan(low) else low, ci_high=None if math.isnan(high) else high)
+    return HeldOutSummary(
+        base=base,
+        now=now,
+        round=int(history.get("eval/solve_rate")[0][-1]),
+        gain=gain,
+        ci_low=None if math.isnan(low) else low,
+        ci_high=None if math.isnan(high) else high,
+    )
 
 
 def held_out_text(history: RoundHistory) -> tuple[str, str]:
     """(headline, detail) of the held-out card."""
     h = held_out(history)
     if h is None:
-        return ("no evaluation yet", "The node scores a fixed set of held-out questions now and then; "
-                "the base model's score is the starting point.")
+        return (
+            "no evaluation yet",
+            "The node scores a fixed set of held-out questions now and then; "
+            "the base model's score is the starting point.",
+        )
     words = h.sentence().removeprefix("held-out: ")
     if h.ci_low is not None and h.ci_low > 0:
         verdict = "better than the base model (the 95 % interval is above zero)"
@@ -70,8 +78,7 @@ def contribution_text(stats: dict | None, history: RoundHistory) -> tuple[str, s
         back = f"{c['groups_published']:,.0f} groups shared; no peer has reported training on them yet"
     else:
         back = "training alone (nothing shared)"
-    return head, (f"running {_duration(c['seconds_today'])} today, {_duration(c['seconds_week'])} this week<br>"
-                  f"{back}")
+    return head, (f"running {_duration(c['seconds_today'])} today, {_duration(c['seconds_week'])} this week<br>{back}")
 
 
 class StatsLoader(QObject):

@@ -16,16 +16,37 @@ import dataclasses
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QMenu, QCheckBox, QDoubleSpinBox, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel,
-                               QLineEdit, QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
-
-from sapo_core.config import ConfigError, ControlConfig, field_help
-from sapo_core.control import protocol as P
-from sapo_core.control.schedule import (Schedule, ScheduleError, SlotGrid, fits_grid, grid_text, parse_schedule,
-                                        schedule_grid)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QProgressBar,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.models import NodeStatus
 from app.schedule_grid import HOURS, ScheduleGrid
+from sapo_core.config import ConfigError, ControlConfig, field_help
+from sapo_core.control import protocol as P
+from sapo_core.control.schedule import (
+    Schedule,
+    ScheduleError,
+    SlotGrid,
+    fits_grid,
+    grid_text,
+    parse_schedule,
+    schedule_grid,
+)
 
 SNOOZE_SECONDS = 3600.0
 SNOOZE_CHOICES = (("15 minutes", 900.0), ("1 hour", 3600.0), ("3 hours", 3 * 3600.0), ("8 hours", 8 * 3600.0))
@@ -79,9 +100,14 @@ class StatusPanel(QFrame):
         self.run_anyway_button.clicked.connect(self._on_run_anyway_button_clicked)
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("Start the node with the saved settings")
-        for b, name in ((self.pause_button, "Pause now"), (self.pause_after_button, "Pause after this round"),
-                        (self.resume_button, "Resume"), (self.snooze_button, "Snooze"),
-                        (self.start_button, "Start the node"), (self.run_anyway_button, "Run anyway for one hour")):
+        for b, name in (
+            (self.pause_button, "Pause now"),
+            (self.pause_after_button, "Pause after this round"),
+            (self.resume_button, "Resume"),
+            (self.snooze_button, "Snooze"),
+            (self.start_button, "Start the node"),
+            (self.run_anyway_button, "Run anyway for one hour"),
+        ):
             b.setAccessibleName(name)
         self.pause_button.clicked.connect(self._on_pause_button_clicked)
         self.pause_after_button.clicked.connect(self._on_pause_after_button_clicked)
@@ -94,8 +120,14 @@ class StatusPanel(QFrame):
         text.addWidget(self.reason_label)
         text.addWidget(self.resources_label)
         buttons = QHBoxLayout()
-        for b in (self.start_button, self.run_anyway_button, self.pause_button, self.pause_after_button,
-                  self.resume_button, self.snooze_button):
+        for b in (
+            self.start_button,
+            self.run_anyway_button,
+            self.pause_button,
+            self.pause_after_button,
+            self.resume_button,
+            self.snooze_button,
+        ):
             buttons.addWidget(b)
         top = QHBoxLayout()
         top.addLayout(text, 1)
@@ -110,8 +142,14 @@ class StatusPanel(QFrame):
         from app.theme import status_colours
 
         c = status_colours()
-        color = {P.RUNNING: c["ok"], P.PAUSED: c["warning"], P.SNOOZED: c["warning"], P.PAUSING: c["warning"],
-                 P.CRASHED: c["error"], P.STARTING: c["info"]}.get(s.state, c["muted"])
+        color = {
+            P.RUNNING: c["ok"],
+            P.PAUSED: c["warning"],
+            P.SNOOZED: c["warning"],
+            P.PAUSING: c["warning"],
+            P.CRASHED: c["error"],
+            P.STARTING: c["info"],
+        }.get(s.state, c["muted"])
         self.state_label.setText(f"<span style='color:{color}; font-size:15pt; font-weight:600'>● {s.title}</span>")
         self.state_label.setProperty("state", s.state)  # tests and style sheets read it
         detail = s.detail or " "
@@ -203,10 +241,12 @@ class ShareSettings(QWidget):
         form = QFormLayout(rules)
         self.battery_check = QCheckBox("Pause while on battery", toolTip=helps["pause_on_battery"])
         self.idle_check = QCheckBox("Run only while I am away", toolTip=helps["only_when_idle"])
-        self.idle_minutes = QDoubleSpinBox(minimum=0, maximum=240, decimals=0, suffix=" min without input",
-                                           toolTip=helps["idle_minutes"])
-        self.schedule_edit = QLineEdit(placeholderText="any time, e.g. mon-fri 18:00-08:00; sat-sun 00:00-24:00",
-                                       toolTip=helps["schedule"])
+        self.idle_minutes = QDoubleSpinBox(
+            minimum=0, maximum=240, decimals=0, suffix=" min without input", toolTip=helps["idle_minutes"]
+        )
+        self.schedule_edit = QLineEdit(
+            placeholderText="any time, e.g. mon-fri 18:00-08:00; sat-sun 00:00-24:00", toolTip=helps["schedule"]
+        )
         self.schedule_edit.setAccessibleName("Schedule as text")
         self.schedule_edit.textChanged.connect(self._on_schedule_edit_text_changed)
         self.schedule_grid = ScheduleGrid()
@@ -214,10 +254,23 @@ class ShareSettings(QWidget):
         self.schedule_error = QLabel(wordWrap=True, visible=False)
         self.schedule_error.setObjectName("errorText")
         self.schedule_note = QLabel(wordWrap=True)
-        self.temperature_spin = QDoubleSpinBox(minimum=0, maximum=120, decimals=0, suffix=" °C",
-                                               specialValueText="no limit", toolTip=helps["max_temperature_c"])
-        self.memory_spin = QDoubleSpinBox(minimum=0, maximum=1024, decimals=1, singleStep=0.5, suffix=" GB",
-                                          specialValueText="no limit", toolTip=helps["min_free_memory_gb"])
+        self.temperature_spin = QDoubleSpinBox(
+            minimum=0,
+            maximum=120,
+            decimals=0,
+            suffix=" °C",
+            specialValueText="no limit",
+            toolTip=helps["max_temperature_c"],
+        )
+        self.memory_spin = QDoubleSpinBox(
+            minimum=0,
+            maximum=1024,
+            decimals=1,
+            singleStep=0.5,
+            suffix=" GB",
+            specialValueText="no limit",
+            toolTip=helps["min_free_memory_gb"],
+        )
         for spin in (self.temperature_spin, self.memory_spin):
             spin.setMaximumWidth(160)
         form.addRow(self.battery_check)
@@ -273,8 +326,16 @@ class ShareSettings(QWidget):
     def set_control(self, control: ControlConfig, threads: int) -> None:
         """Show these values (no signal is emitted)."""
         self.control, self.threads = control, threads
-        widgets = (self.throttle_slider, self.threads_spin, self.battery_check, self.idle_check, self.idle_minutes,
-                   self.schedule_edit, self.temperature_spin, self.memory_spin)
+        widgets = (
+            self.throttle_slider,
+            self.threads_spin,
+            self.battery_check,
+            self.idle_check,
+            self.idle_minutes,
+            self.schedule_edit,
+            self.temperature_spin,
+            self.memory_spin,
+        )
         for w in widgets:
             w.blockSignals(True)
         self.throttle_slider.setValue(round(control.throttle * 100))
@@ -305,9 +366,12 @@ class ShareSettings(QWidget):
     def _set_schedule_note(self, fits: bool) -> None:
         from app.theme import status_colours
 
-        note = ("Drag across the grid to paint the hours the node may run; start on a painted hour to clear instead."
-                if fits else "The text has minutes off the hour: the grid shows the hours they touch, and "
-                             "painting rounds them to whole hours.")
+        note = (
+            "Drag across the grid to paint the hours the node may run; start on a painted hour to clear instead."
+            if fits
+            else "The text has minutes off the hour: the grid shows the hours they touch, and "
+            "painting rounds them to whole hours."
+        )
         self.schedule_note.setText(f"<span style='color:{status_colours()['muted']}'>{note}</span>")
 
     def _on_schedule_edit_text_changed(self, text: str) -> None:
@@ -353,10 +417,15 @@ class ShareSettings(QWidget):
         if self._grid_empty:
             raise ConfigError(f"control.schedule: {self.schedule_error.text()}")
         return dataclasses.replace(
-            self.control, throttle=self.throttle_slider.value() / 100, pause_on_battery=self.battery_check.isChecked(),
-            only_when_idle=self.idle_check.isChecked(), idle_minutes=self.idle_minutes.value(),
-            schedule=self.schedule_edit.text().strip(), max_temperature_c=self.temperature_spin.value(),
-            min_free_memory_gb=self.memory_spin.value())
+            self.control,
+            throttle=self.throttle_slider.value() / 100,
+            pause_on_battery=self.battery_check.isChecked(),
+            only_when_idle=self.idle_check.isChecked(),
+            idle_minutes=self.idle_minutes.value(),
+            schedule=self.schedule_edit.text().strip(),
+            max_temperature_c=self.temperature_spin.value(),
+            min_free_memory_gb=self.memory_spin.value(),
+        )
 
     def _on_throttle_slider_value_changed(self, value: int) -> None:
         self.throttle_value.setText(f"{value} %")

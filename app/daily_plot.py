@@ -58,8 +58,10 @@ class DayAxis(pg.DateAxisItem):
     def tickStrings(self, values, scale, spacing):  # noqa: N802
         if not getattr(self, "naming_days", False):  # zoomed in: DateAxisItem's clock times
             return super().tickStrings(values, scale, spacing)
-        return [dt.datetime.fromtimestamp(v).strftime("%a %d") if dt.datetime.fromtimestamp(v).hour == 12 else ""
-                for v in values]
+        return [
+            dt.datetime.fromtimestamp(v).strftime("%a %d") if dt.datetime.fromtimestamp(v).hour == 12 else ""
+            for v in values
+        ]
 
 
 class ContributionByDay(pg.GraphicsLayout):
@@ -81,8 +83,13 @@ class ContributionByDay(pg.GraphicsLayout):
         self.bars_plot.getAxis("bottom").setStyle(showValues=False)  # the strip's axis below has the dates
         self.bars_plot.showGrid(y=True, alpha=0.25)  # the bars mark the days
         self.bars_plot.setMinimumHeight(BARS_MIN_PX)
-        self.bars = pg.BarGraphItem(x0=[], x1=[], height=[], pen=pg.mkPen(self._colours["hours"], width=1),
-                                    brush=pg.mkBrush(theme.mix(self._colours["hours"], bg, 0.35)))
+        self.bars = pg.BarGraphItem(
+            x0=[],
+            x1=[],
+            height=[],
+            pen=pg.mkPen(self._colours["hours"], width=1),
+            brush=pg.mkBrush(theme.mix(self._colours["hours"], bg, 0.35)),
+        )
         self.bars_plot.addItem(self.bars)
 
         # receipts on a second view box over the bars, with its own (right) axis
@@ -92,9 +99,13 @@ class ContributionByDay(pg.GraphicsLayout):
         self.bars_plot.getAxis("right").linkToView(self.receipts_view)
         self.bars_plot.getAxis("right").setLabel("receipts")
         # a dot per day with receipts (a line through the days without any would zigzag to zero)
-        self.receipts = pg.PlotDataItem(pen=None, symbol="o", symbolSize=8,
-                                        symbolPen=pg.mkPen(theme.colours()["plot_bg"], width=1),
-                                        symbolBrush=self._colours["receipts"])
+        self.receipts = pg.PlotDataItem(
+            pen=None,
+            symbol="o",
+            symbolSize=8,
+            symbolPen=pg.mkPen(theme.colours()["plot_bg"], width=1),
+            symbolBrush=self._colours["receipts"],
+        )
         self.receipts_view.addItem(self.receipts)
         self.bars_plot.getViewBox().sigResized.connect(self._on_view_box_resized)
 
@@ -108,12 +119,18 @@ class ContributionByDay(pg.GraphicsLayout):
         self.strip_plot.setMinimumHeight(STRIP_PX)
         self.strip_plot.setMaximumHeight(STRIP_PX)
         # a cosmetic 1 px outline: a run of a few minutes stays visible over two weeks
-        self.running = pg.BarGraphItem(x0=[], x1=[], y0=0.15, height=0.7,
-                                       pen=pg.mkPen(self._colours["running"], width=1),
-                                       brush=pg.mkBrush(self._colours["running"]))
+        self.running = pg.BarGraphItem(
+            x0=[],
+            x1=[],
+            y0=0.15,
+            height=0.7,
+            pen=pg.mkPen(self._colours["running"], width=1),
+            brush=pg.mkBrush(self._colours["running"]),
+        )
         self.strip_plot.addItem(self.running)
-        self.now_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.colours()["marker"], width=1,
-                                                               style=Qt.PenStyle.DotLine))
+        self.now_line = pg.InfiniteLine(
+            angle=90, pen=pg.mkPen(theme.colours()["marker"], width=1, style=Qt.PenStyle.DotLine)
+        )
         self.now_line.setVisible(False)
         self.strip_plot.addItem(self.now_line, ignoreBounds=True)
 
@@ -143,9 +160,11 @@ class ContributionByDay(pg.GraphicsLayout):
         self.receipts_view.setVisible(not alone)
         self.bars_plot.getAxis("right").setStyle(showValues=not alone)
         self.bars_plot.getAxis("right").setLabel("" if alone else "receipts")
-        entries = [("hours running", self._colours["hours"])] + \
-            ([] if alone else [("receipts from peers (right axis)", self._colours["receipts"])]) + \
-            [("running: gaps are pauses", self._colours["running"])]
+        entries = (
+            [("hours running", self._colours["hours"])]
+            + ([] if alone else [("receipts from peers (right axis)", self._colours["receipts"])])
+            + [("running: gaps are pauses", self._colours["running"])]
+        )
         legend = " &nbsp; ".join(f"<span style='color:{c}'>■</span>&nbsp;{n}" for n, c in entries)
         self.bars_plot.setTitle(f"Your contribution by day<br><span style='font-size:8pt'>{legend}</span>")
 

@@ -25,8 +25,18 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, QMessageBox, QPushButton,
-                               QScrollArea, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QGraphicsItem,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app import theme
 from app.cards import HeadlineCards, SteadyLabel
@@ -77,8 +87,11 @@ def _pen(i: int, width: float = 2.0) -> pg.QtGui.QPen:
 
 def curriculum_changes(history: RoundHistory) -> np.ndarray:
     """Rounds at which any dataset's curriculum level differs from the round before."""
-    out = [x[1:][np.diff(y) != 0] for x, y in (history.get(k) for k in history.series
-                                               if k.startswith("curriculum/")) if len(y) > 1]
+    out = [
+        x[1:][np.diff(y) != 0]
+        for x, y in (history.get(k) for k in history.series if k.startswith("curriculum/"))
+        if len(y) > 1
+    ]
     return np.unique(np.concatenate(out)) if out else np.empty(0)
 
 
@@ -225,8 +238,10 @@ class DashboardView(QWidget):
         (x0, x1), (y0, y1) = vb.viewRange()
         if not (x1 > x0 and y1 > y0 and vb.width() >= 2 and vb.height() >= 2):
             return False  # not laid out: nothing to compare with
-        return bool(np.abs(x - old_x).max() * (vb.width() / (x1 - x0)) < UNMOVED_PX
-                    and np.abs(y - old_y).max() * (vb.height() / (y1 - y0)) < UNMOVED_PX)
+        return bool(
+            np.abs(x - old_x).max() * (vb.width() / (x1 - x0)) < UNMOVED_PX
+            and np.abs(y - old_y).max() * (vb.height() / (y1 - y0)) < UNMOVED_PX
+        )
 
     def _draw_stale(self, plot_key: str) -> None:
         """The plot's y range or size changed: give its curves the data kept back that is now
@@ -250,9 +265,10 @@ class DashboardView(QWidget):
     def _set_title(self, plot_key: str) -> None:
         """The title, with the legend under it: a legend box inside the plot would hide data."""
         entries = [f"<span style='color:{color}'>■</span>&nbsp;{name}" for name, color in self._legends[plot_key]]
-        lines = [" &nbsp; ".join(entries[i:i + 3]) for i in range(0, len(entries), 3)]
-        self.plots[plot_key].setTitle(f"{self._titles[plot_key]}<br><span style='font-size:8pt'>"
-                                      f"{'<br>'.join(lines)}</span>")
+        lines = [" &nbsp; ".join(entries[i : i + 3]) for i in range(0, len(entries), 3)]
+        self.plots[plot_key].setTitle(
+            f"{self._titles[plot_key]}<br><span style='font-size:8pt'>{'<br>'.join(lines)}</span>"
+        )
 
     def _build_plots(self) -> None:
         raw = pg.mkPen(theme.colours()["raw"], width=1)
@@ -261,8 +277,12 @@ class DashboardView(QWidget):
         self._curve("reward", "reward/rolling", _pen(0, 2.5), "rolling mean")
         self._plot("heldout", "Held-out questions solved", "share solved").setYRange(0, 1, padding=0.02)
         self._curve("heldout", "heldout/now", _pen(2, 2.5), "trained model")
-        self._curve("heldout", "heldout/base", pg.mkPen(theme.colours()["muted"], width=1.5,
-                                                        style=Qt.PenStyle.DashLine), "base model")
+        self._curve(
+            "heldout",
+            "heldout/base",
+            pg.mkPen(theme.colours()["muted"], width=1.5, style=Qt.PenStyle.DashLine),
+            "base model",
+        )
         self._plot("accuracy", "Accuracy per task (rolling mean)", "share solved").setYRange(0, 1, padding=0.02)
         self._legends["accuracy"] = []
         self._set_title("accuracy")
@@ -408,7 +428,7 @@ class DashboardView(QWidget):
         self._mark_curriculum()
         self.cards.refresh()
         for task in h.keys_under("accuracy/", skip=("mean",)):
-            self._task_curve(task[len("accuracy/"):])
+            self._task_curve(task[len("accuracy/") :])
             self._show(task, *h.rolling(task, w))
         self._show("peers/raw", *h.get("groups/external_share"))
         self._show("peers/rolling", *h.rolling("groups/external_share", w))
@@ -423,8 +443,12 @@ class DashboardView(QWidget):
             below = band
         self._binned_for = views
         for key, curve in self.curves.items():
-            dots = 0 < self.points(key) <= DOTS_UP_TO and not key.endswith("/raw") \
-                and not key.startswith("time/") and key != "heldout/base"
+            dots = (
+                0 < self.points(key) <= DOTS_UP_TO
+                and not key.endswith("/raw")
+                and not key.startswith("time/")
+                and key != "heldout/base"
+            )
             if dots:
                 d = self._dots.get(key)
                 if d is None:
@@ -457,15 +481,18 @@ class DashboardView(QWidget):
     def summary_text(self, rolling: float | None = None) -> str:
         h = self.history
         if not h.rounds:
-            return ("No rounds yet. The curves fill in as rounds end; "
-                    "a run's history comes back from its run store when the app restarts.")
+            return (
+                "No rounds yet. The curves fill in as rounds end; "
+                "a run's history comes back from its run store when the app restarts."
+            )
         if rolling is None:
             _, means = h.rolling("reward/mean", self.window)
             rolling = float(means[-1]) if len(means) else None
-        parts = [f"<b>{h.rounds:,} round{'s' * (h.rounds != 1)}</b> (last: {h.last_round:,})",
-                 f"reward {h.last('reward/mean'):.3f}"
-                 + (f", rolling mean {rolling:.3f}" if rolling is not None else ""),
-                 f"accuracy {h.last('accuracy/mean'):.2f}"]
+        parts = [
+            f"<b>{h.rounds:,} round{'s' * (h.rounds != 1)}</b> (last: {h.last_round:,})",
+            f"reward {h.last('reward/mean'):.3f}" + (f", rolling mean {rolling:.3f}" if rolling is not None else ""),
+            f"accuracy {h.last('accuracy/mean'):.2f}",
+        ]
         share = h.last("groups/external_share")
         if not math.isnan(share):
             parts.append(f"{share:.0%} of groups from peers")
@@ -522,8 +549,9 @@ class DashboardView(QWidget):
             QMessageBox.warning(self, "Export PNG", f"Could not write {path}.")
 
     def _on_csv_button_clicked(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export every round's figures as CSV", "sapo-rounds.csv",
-                                              "CSV (*.csv)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export every round's figures as CSV", "sapo-rounds.csv", "CSV (*.csv)"
+        )
         if not path:
             return
         try:

@@ -18,8 +18,8 @@ import math
 import random
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from sapo_core.control import protocol as P
 from sapo_core.store import STORE_NAME, RunStore
@@ -39,12 +39,30 @@ def demo_metrics(r: int, rng: random.Random, swarm: bool = True) -> dict[str, fl
         m[f"accuracy/{task}"], m[f"reward/{task}"] = acc, acc
         rewards.append(acc)
     mean = sum(rewards) / len(rewards)
-    m.update({"reward/mean": mean, "reward/sum": 2 * mean, "accuracy/mean": mean, "groups/local": 2.0,
-              "groups/external": 2.0 if swarm else 0.0, "groups/external_share": (0.5 + rng.gauss(0, 0.05)) if swarm
-              else 0.0, "groups/trained": 3.0, "sampler/tok_per_s": 190 + rng.gauss(0, 12),
-              "train/tok_per_s": 185 + rng.gauss(0, 10), "loss/policy": rng.gauss(0, 0.05)})
-    times = {"sample": 38.0, "score": 0.2, "share": 0.4, "gather": 1.2, "prepare": 0.1, "update": 52.0, "sync": 1.5,
-             "save": 0.6}
+    m.update(
+        {
+            "reward/mean": mean,
+            "reward/sum": 2 * mean,
+            "accuracy/mean": mean,
+            "groups/local": 2.0,
+            "groups/external": 2.0 if swarm else 0.0,
+            "groups/external_share": (0.5 + rng.gauss(0, 0.05)) if swarm else 0.0,
+            "groups/trained": 3.0,
+            "sampler/tok_per_s": 190 + rng.gauss(0, 12),
+            "train/tok_per_s": 185 + rng.gauss(0, 10),
+            "loss/policy": rng.gauss(0, 0.05),
+        }
+    )
+    times = {
+        "sample": 38.0,
+        "score": 0.2,
+        "share": 0.4,
+        "gather": 1.2,
+        "prepare": 0.1,
+        "update": 52.0,
+        "sync": 1.5,
+        "save": 0.6,
+    }
     for phase, t in times.items():
         if swarm or phase not in ("share", "gather"):
             m[f"time/{phase}"] = max(0.0, t * (1 + rng.gauss(0, 0.1)))
@@ -54,13 +72,30 @@ def demo_metrics(r: int, rng: random.Random, swarm: bool = True) -> dict[str, fl
         m[f"curriculum/{task}_level"] = float(min(3, r // (180 + 90 * k)))
     if r == 1 or r % 20 == 0:
         now = 0.10 + 0.17 * progress + rng.gauss(0, 0.015)
-        m.update({"eval/solve_rate": now, "eval/solve_rate_base": 0.10, "eval/gain": now - 0.10,
-                  "eval/gain_ci_low": now - 0.17, "eval/gain_ci_high": now - 0.03, "eval/questions": 96.0})
+        m.update(
+            {
+                "eval/solve_rate": now,
+                "eval/solve_rate_base": 0.10,
+                "eval/gain": now - 0.10,
+                "eval/gain_ci_low": now - 0.17,
+                "eval/gain_ci_high": now - 0.03,
+                "eval/questions": 96.0,
+            }
+        )
     if swarm:
         rejected = 1.0 if rng.random() < 0.15 else 0.0
-        m.update({"swarm/published": 2.0, "swarm/received": 6.0, "swarm/accepted": 6.0 - rejected,
-                  "swarm/used": 2.0, "swarm/rejected": rejected, "swarm/peers": 3.0, "swarm/dht_peers": 4.0,
-                  "swarm/ignored_peers": 0.0})
+        m.update(
+            {
+                "swarm/published": 2.0,
+                "swarm/received": 6.0,
+                "swarm/accepted": 6.0 - rejected,
+                "swarm/used": 2.0,
+                "swarm/rejected": rejected,
+                "swarm/peers": 3.0,
+                "swarm/dht_peers": 4.0,
+                "swarm/ignored_peers": 0.0,
+            }
+        )
         if rejected:
             m["swarm/rejected/zero_advantage" if rng.random() < 0.8 else "swarm/rejected/answer_mismatch"] = rejected
     return m
@@ -74,8 +109,19 @@ def demo_rows(n: int, seed: int = 0, swarm: bool = True) -> Iterator[tuple[int, 
 
 # (hours running, hours paused before that), from now backwards: sessions of a few hours with short
 # pauses, nights off, and a whole day off; repeated for long histories
-DEMO_WEEK = ((2.0, 0.6), (1.5, 17.0), (2.5, 0.4), (1.2, 1.5), (1.0, 21.0), (3.0, 0.25), (0.8, 44.0), (2.2, 0.8),
-             (1.6, 22.0), (2.4, 0.5), (1.0, 20.0))
+DEMO_WEEK = (
+    (2.0, 0.6),
+    (1.5, 17.0),
+    (2.5, 0.4),
+    (1.2, 1.5),
+    (1.0, 21.0),
+    (3.0, 0.25),
+    (0.8, 44.0),
+    (2.2, 0.8),
+    (1.6, 22.0),
+    (2.4, 0.5),
+    (1.0, 20.0),
+)
 
 
 def demo_spans(durations: list[float], end: float, seed: int = 0) -> list[tuple[float, float]]:
@@ -110,13 +156,18 @@ def write_demo_store(run_dir: Path, n: int, seed: int = 0) -> Path:
     db = sqlite3.connect(path)
     try:
         with db:
-            db.executemany("INSERT OR REPLACE INTO rounds (round, started, ended, metrics) VALUES (?, ?, ?, ?)",
-                           ((r, started, ended, json.dumps(m, sort_keys=True))
-                            for (r, m), (started, ended) in zip(rows, spans)))
+            db.executemany(
+                "INSERT OR REPLACE INTO rounds (round, started, ended, metrics) VALUES (?, ?, ?, ?)",
+                ((r, started, ended, json.dumps(m, sort_keys=True)) for (r, m), (started, ended) in zip(rows, spans)),
+            )
             # a receipt naming round r comes with a peer's next record, seen at the end of our next round
-            db.executemany("INSERT OR IGNORE INTO receipts (peer, our_round, grp, seen_round, seen) VALUES "
-                           "(?, ?, ?, ?, ?)", ((f"peer-{i % 7}", n - i, i % 2, min(n, n - i + 1),
-                                                spans[min(n, n - i + 1) - 1][1]) for i in range(min(n, 2000))))
+            db.executemany(
+                "INSERT OR IGNORE INTO receipts (peer, our_round, grp, seen_round, seen) VALUES (?, ?, ?, ?, ?)",
+                (
+                    (f"peer-{i % 7}", n - i, i % 2, min(n, n - i + 1), spans[min(n, n - i + 1) - 1][1])
+                    for i in range(min(n, 2000))
+                ),
+            )
     finally:
         db.close()
     return path
@@ -124,11 +175,18 @@ def write_demo_store(run_dir: Path, n: int, seed: int = 0) -> Path:
 
 def demo_try_result() -> dict:
     """What `sapo-node try --json` prints, for the Try it tab's screenshot."""
-    return {"question": "Calculate 48 + 17.", "dataset": "basic_arithmetic", "reference": "65", "round": 600,
-            "seconds": 9.4,
-            "base": {"text": "48 + 17 is 48 plus 17. Adding them gives the sum of the two numbers.\nAnswer: 55",
-                     "reward": 0.0},
-            "trained": {"text": "48 + 17: 40 + 10 = 50 and 8 + 7 = 15, so 50 + 15 = 65.\nAnswer: 65", "reward": 1.0}}
+    return {
+        "question": "Calculate 48 + 17.",
+        "dataset": "basic_arithmetic",
+        "reference": "65",
+        "round": 600,
+        "seconds": 9.4,
+        "base": {
+            "text": "48 + 17 is 48 plus 17. Adding them gives the sum of the two numbers.\nAnswer: 55",
+            "reward": 0.0,
+        },
+        "trained": {"text": "48 + 17: 40 + 10 = 50 and 8 + 7 = 15, so 50 + 15 = 65.\nAnswer: 65", "reward": 1.0},
+    }
 
 
 def demo_node_events(rounds: int) -> list[P.Message]:
@@ -136,19 +194,35 @@ def demo_node_events(rounds: int) -> list[P.Message]:
     peer = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
     out: list[P.Message] = [
         P.Hello(protocol=P.PROTOCOL_VERSION, pid=4242, python="3.11.7", package_version="0.1.0"),
-        P.NodeInfo(model_id="smollm2-135m-instruct", sampler="llamacpp", run_dir="(demo)", next_round=rounds + 1,
-                   peer_id=peer, node_name="keen-falcon-2c7d",
-                   visible_maddrs=[f"/ip4/192.168.1.20/tcp/31337/p2p/{peer}"],
-                   join_address=f"/ip4/192.168.1.20/tcp/31337/p2p/{peer}"),
+        P.NodeInfo(
+            model_id="smollm2-135m-instruct",
+            sampler="llamacpp",
+            run_dir="(demo)",
+            next_round=rounds + 1,
+            peer_id=peer,
+            node_name="keen-falcon-2c7d",
+            visible_maddrs=[f"/ip4/192.168.1.20/tcp/31337/p2p/{peer}"],
+            join_address=f"/ip4/192.168.1.20/tcp/31337/p2p/{peer}",
+        ),
         P.State(state=P.RUNNING, reason="", round=rounds + 1),
     ]
     for i, name in enumerate(DEMO_PEERS):
         out.append(P.Progress(round=rounds - i % 2, phase="gather", done=i, total=len(DEMO_PEERS), info={"peer": name}))
     out.append(P.Progress(round=rounds + 1, phase="sample", done=5, total=16))
-    out.append(P.Heartbeat(t=0.0, state=P.RUNNING, round=rounds + 1, cpu_seconds=100.0, rss_bytes=1_450_000_000,
-                           throttle=0.5))
+    out.append(
+        P.Heartbeat(t=0.0, state=P.RUNNING, round=rounds + 1, cpu_seconds=100.0, rss_bytes=1_450_000_000, throttle=0.5)
+    )
     return out
 
 
-__all__ = ["DEMO_WEEK", "demo_spans", "demo_try_result", "demo_rows", "demo_metrics", "write_demo_store",
-           "demo_node_events", "TASKS", "DEMO_PEERS"]
+__all__ = [
+    "DEMO_WEEK",
+    "demo_spans",
+    "demo_try_result",
+    "demo_rows",
+    "demo_metrics",
+    "write_demo_store",
+    "demo_node_events",
+    "TASKS",
+    "DEMO_PEERS",
+]

@@ -11,9 +11,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from sapo_core.control import protocol as P
-
 from app.models import STATE_WORDS
+from sapo_core.control import protocol as P
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,13 @@ class EventLog:
             return self.add("state", word + (f": {ev.reason}" if ev.reason else ""))
         if isinstance(ev, P.RoundDone):
             m = ev.metrics
-            return self.add("round", f"round {ev.round} done: reward {m.get('reward/mean', 0):.3f}, "
-                                     f"accuracy {m.get('accuracy/mean', 0):.2f}, "
-                                     f"{int(m.get('groups/external', 0))} group(s) from peers, "
-                                     f"{m.get('time/round', 0):.1f} s")
+            return self.add(
+                "round",
+                f"round {ev.round} done: reward {m.get('reward/mean', 0):.3f}, "
+                f"accuracy {m.get('accuracy/mean', 0):.2f}, "
+                f"{int(m.get('groups/external', 0))} group(s) from peers, "
+                f"{m.get('time/round', 0):.1f} s",
+            )
         if isinstance(ev, P.Log):
             return self.add(ev.level, ev.message, ev.t or None)
         if isinstance(ev, P.Error):
@@ -55,8 +57,9 @@ class EventLog:
             return self.add("error", ev.message + (f"\n{trace}" if trace and ev.kind == P.CRASH else ""))
         if isinstance(ev, P.NodeInfo):
             who = f", swarm identity {ev.node_name or ev.peer_id}" if ev.peer_id else ", training alone"
-            return self.add("info", f"node ready: model {ev.model_id}, sampler {ev.sampler}, next round "
-                                    f"{ev.next_round}{who}")
+            return self.add(
+                "info", f"node ready: model {ev.model_id}, sampler {ev.sampler}, next round {ev.next_round}{who}"
+            )
         if isinstance(ev, P.Exited):
             return self.add("state" if ev.clean else "error", f"node process exited ({ev.reason or ev.returncode})")
         if isinstance(ev, P.Hello):
@@ -71,14 +74,18 @@ class EventLog:
 def readable_error(ev: P.Error) -> tuple[str, str]:
     """(headline, what to do) for a node error, in the user's words."""
     if ev.kind == P.CONFIG:
-        return (f"The node cannot run with these settings: {ev.message}",
-                "Change the setting it names (Settings tab, or Setup again from the menu), then press Start.")
+        return (
+            f"The node cannot run with these settings: {ev.message}",
+            "Change the setting it names (Settings tab, or Setup again from the menu), then press Start.",
+        )
     if ev.kind == P.COMMAND:
         return f"The node refused a command: {ev.message}", "The node goes on as before."
     if ev.fatal:
-        return (f"The node stopped on an error: {ev.message}",
-                "It restarts by itself after a short pause. If it keeps failing, use Copy diagnostics in the "
-                "Log tab and report it.")
+        return (
+            f"The node stopped on an error: {ev.message}",
+            "It restarts by itself after a short pause. If it keeps failing, use Copy diagnostics in the "
+            "Log tab and report it.",
+        )
     return f"The node reported an error: {ev.message}", "The node goes on."
 
 

@@ -10,16 +10,30 @@ from html import escape
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QProgressBar, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.jobs import NodeCommand
 from app.theme import colours
 
-FORMAT_CHOICES = (("gguf", "GGUF for llama.cpp / LM Studio (adapter merged)"),
-                  ("ollama", "Ollama (GGUF + Modelfile)"),
-                  ("hf", "Hugging Face folder (transformers)"),
-                  ("peft", "LoRA adapter only (PEFT, small)"))
+FORMAT_CHOICES = (
+    ("gguf", "GGUF for llama.cpp / LM Studio (adapter merged)"),
+    ("ollama", "Ollama (GGUF + Modelfile)"),
+    ("hf", "Hugging Face folder (transformers)"),
+    ("peft", "LoRA adapter only (PEFT, small)"),
+)
 
 
 class ExportDialog(QDialog):
@@ -60,8 +74,10 @@ class ExportDialog(QDialog):
         form.addRow("&Into folder:", out_row)
         self.progress = QProgressBar(minimum=0, maximum=100, value=0)
         self.progress.setAccessibleName("Export progress")
-        self.step = QLabel("A model card (README.md) with the base model, its licence and this run's figures "
-                           "goes with every format.", wordWrap=True)
+        self.step = QLabel(
+            "A model card (README.md) with the base model, its licence and this run's figures goes with every format.",
+            wordWrap=True,
+        )
         self.buttons = QDialogButtonBox()
         self.export_button = self.buttons.addButton("&Export", QDialogButtonBox.ButtonRole.AcceptRole)
         self.close_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Close)
@@ -86,8 +102,16 @@ class ExportDialog(QDialog):
         if self.command.running:
             return
         self._files, self._error = [], ""
-        args = ["export", "--progress-json", "--format", self.format.currentData(), "--quant",
-                self.quant.currentData(), "--output", self.output.text().strip()]
+        args = [
+            "export",
+            "--progress-json",
+            "--format",
+            self.format.currentData(),
+            "--quant",
+            self.quant.currentData(),
+            "--output",
+            self.output.text().strip(),
+        ]
         if self.run_dir:
             args += ["--run-dir", self.run_dir]
         self.progress.setValue(0)

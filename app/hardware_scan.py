@@ -90,7 +90,7 @@ class HardwareReport:
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "HardwareReport":
+    def from_json(cls, data: dict[str, Any]) -> HardwareReport:
         prof = data["profile"]
 
         def item(key: str) -> tuple[Any, str]:
@@ -99,22 +99,42 @@ class HardwareReport:
         gpus, gpu_why = item("gpus")
         gpu_text = ", ".join(f"{g['name']} ({g['memory_gb']:.1f} GB)" for g in gpus) or "none"
         machine = [
-            ("CPU cores", f"{item('cpu_physical')[0]} physical, {item('cpu_logical')[0]} logical",
-             item("cpu_physical")[1]),
-            ("Memory", f"{item('ram_total_gb')[0]:.1f} GB, {item('ram_available_gb')[0]:.1f} GB free",
-             item("ram_available_gb")[1]),
+            (
+                "CPU cores",
+                f"{item('cpu_physical')[0]} physical, {item('cpu_logical')[0]} logical",
+                item("cpu_physical")[1],
+            ),
+            (
+                "Memory",
+                f"{item('ram_total_gb')[0]:.1f} GB, {item('ram_available_gb')[0]:.1f} GB free",
+                item("ram_available_gb")[1],
+            ),
             ("GPU", gpu_text, gpu_why),
             ("Trains on", str(item("device")[0]).upper(), item("device")[1]),
             ("Free disk", f"{item('disk_free_gb')[0]:.0f} GB", item("disk_free_gb")[1]),
         ]
-        models = [ModelOption(id=m["id"], status=m["status"], reason=m["reason"],
-                              memory_gb=float(m["memory_gb"]["host"]), gpu_gb=float(m["memory_gb"]["gpu"]),
-                              round_seconds=float(m["round_estimate"]["seconds"]),
-                              download_gb=float(m.get("disk_gb", {}).get("download", 0.0)), **_catalogue_facts(m["id"]))
-                  for m in data["models"]]
+        models = [
+            ModelOption(
+                id=m["id"],
+                status=m["status"],
+                reason=m["reason"],
+                memory_gb=float(m["memory_gb"]["host"]),
+                gpu_gb=float(m["memory_gb"]["gpu"]),
+                round_seconds=float(m["round_estimate"]["seconds"]),
+                download_gb=float(m.get("disk_gb", {}).get("download", 0.0)),
+                **_catalogue_facts(m["id"]),
+            )
+            for m in data["models"]
+        ]
         choice = data["choice"]
-        return cls(machine=machine, budget_gb=float(data["ram_budget_gb"]), recommended=choice["model"],
-                   recommended_reason=choice["reason"], models=models, warnings=list(choice.get("warnings", [])))
+        return cls(
+            machine=machine,
+            budget_gb=float(data["ram_budget_gb"]),
+            recommended=choice["model"],
+            recommended_reason=choice["reason"],
+            models=models,
+            warnings=list(choice.get("warnings", [])),
+        )
 
     def option(self, model_id: str) -> ModelOption | None:
         return next((m for m in self.models if m.id == model_id), None)

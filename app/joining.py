@@ -10,12 +10,11 @@ from __future__ import annotations
 import io
 import json
 import sys
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from PySide6.QtCore import QProcess, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPixmap
-from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
 from sapo_core.config import NodeConfig
 from sapo_core.swarm.invitations import InvitationError, invitation_for, parse_invitation
@@ -101,8 +100,9 @@ class JoiningBox(QGroupBox):
         self.invite_warning = QLabel(wordWrap=True)
         self.invite_warning.setObjectName("warningText")
         self.check_button = QPushButton("Check network")
-        self.check_button.setToolTip("sapo-node doctor --network: the p2p daemon, addresses, peers, reachability, "
-                                     "clock offset, LAN discovery")
+        self.check_button.setToolTip(
+            "sapo-node doctor --network: the p2p daemon, addresses, peers, reachability, clock offset, LAN discovery"
+        )
         self.check_label = QLabel(wordWrap=True)
         self.check_label.setTextFormat(Qt.TextFormat.RichText)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)

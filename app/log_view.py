@@ -10,25 +10,31 @@ from __future__ import annotations
 import platform
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCore import Signal, qVersion
 from PySide6.QtGui import QFont, QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.eventlog import EventLog, LogLine
+from app.models import NodeStatus
 from sapo_core.config import NodeConfig, dump_config
 from sapo_core.control import protocol as P
 from sapo_core.control.client import CrashReport
 
-from app.eventlog import EventLog, LogLine
-from app.models import NodeStatus
-
 MAX_LINES = 5000
 
 
-def diagnostics_text(log: EventLog, status: NodeStatus, config: NodeConfig | None, hello: P.Hello | None,
-                     info: P.NodeInfo | None, crash: CrashReport | None, stderr_tail: list[str],
-                     config_path: str = "") -> str:
+def diagnostics_text(
+    log: EventLog,
+    status: NodeStatus,
+    config: NodeConfig | None,
+    hello: P.Hello | None,
+    info: P.NodeInfo | None,
+    crash: CrashReport | None,
+    stderr_tail: list[str],
+    config_path: str = "",
+) -> str:
     """Plain text for a bug report: versions, node, last crash, config, recent log."""
     try:
         from importlib.metadata import version
@@ -36,20 +42,27 @@ def diagnostics_text(log: EventLog, status: NodeStatus, config: NodeConfig | Non
         app_version = version("sapo-swarm")
     except Exception:
         app_version = "unknown"
-    out = [f"SAPO Swarm diagnostics, {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
-           f"app {app_version}; python {sys.version.split()[0]}; {platform.platform()}; Qt {qVersion()}; "
-           f"control protocol {P.PROTOCOL_VERSION}",
-           "",
-           f"node state: {status.state}" + (f" ({status.reason})" if status.reason else "") + f", round {status.round}"]
+    out = [
+        f"SAPO Swarm diagnostics, {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
+        f"app {app_version}; python {sys.version.split()[0]}; {platform.platform()}; Qt {qVersion()}; "
+        f"control protocol {P.PROTOCOL_VERSION}",
+        "",
+        f"node state: {status.state}" + (f" ({status.reason})" if status.reason else "") + f", round {status.round}",
+    ]
     if hello is not None:
         out.append(f"node process: pid {hello.pid}, python {hello.python}, package {hello.package_version}")
     if info is not None:
-        out.append(f"node: model {info.model_id}, sampler {info.sampler}, run dir {info.run_dir}, "
-                   f"peer id {info.peer_id or '(alone)'}, name {info.node_name or '-'}")
+        out.append(
+            f"node: model {info.model_id}, sampler {info.sampler}, run dir {info.run_dir}, "
+            f"peer id {info.peer_id or '(alone)'}, name {info.node_name or '-'}"
+        )
     if crash is not None:
-        out += ["", f"last crash: {crash.reason}",
-                f"  exit code {crash.returncode}, signal {crash.signal or '-'}, "
-                f"at {time.strftime('%H:%M:%S', time.localtime(crash.when))}"]
+        out += [
+            "",
+            f"last crash: {crash.reason}",
+            f"  exit code {crash.returncode}, signal {crash.signal or '-'}, "
+            f"at {time.strftime('%H:%M:%S', time.localtime(crash.when))}",
+        ]
         if crash.traceback:
             out += ["  traceback:", *("    " + ln for ln in crash.traceback.rstrip().splitlines())]
     if stderr_tail:
@@ -74,8 +87,9 @@ class LogView(QWidget):
         font.setStyleHint(QFont.StyleHint.Monospace)
         self.text.setFont(font)
         self.copy_button = QPushButton("Copy diagnostics")
-        self.copy_button.setToolTip("Copy versions, the node's state, its last crash, the config and this log "
-                                    "for a bug report")
+        self.copy_button.setToolTip(
+            "Copy versions, the node's state, its last crash, the config and this log for a bug report"
+        )
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         self.copied_label = QLabel()
         row = QHBoxLayout()
@@ -94,7 +108,8 @@ class LogView(QWidget):
 
         c = status_colours()  # from the palette: fixed dark text vanished on a dark desktop
         color = {"error": c["error"], "warning": c["warning"], "state": c["info"], "command": c["command"]}.get(
-            line.level, c["plain"])
+            line.level, c["plain"]
+        )
         text = line.format().replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         self.text.appendHtml(f"<span style='white-space:pre; color:{color}'>{text}</span>")
 

@@ -17,7 +17,7 @@ import argparse
 import os
 import signal
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 HEADLESS_PLATFORMS = ("offscreen", "minimal", "vnc", "eglfs", "linuxfb")
 
@@ -37,24 +37,32 @@ def run_headless(reason: str) -> int:
 
     cfg = node_config_path()
     where = f"settings from {cfg}" if cfg.is_file() else "default settings; `sapo-node run --help` for options"
-    print(f"sapo-swarm: {reason}: running the node headless, as `sapo-node run` ({where}). Stop it with Ctrl-C.",
-          flush=True)
+    print(
+        f"sapo-swarm: {reason}: running the node headless, as `sapo-node run` ({where}). Stop it with Ctrl-C.",
+        flush=True,
+    )
     from sapo_core.cli import main as node_main
 
     return node_main(["run"])
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="sapo-swarm", description="SAPO Swarm: train a small language model with "
-                                                               "a swarm of volunteers' computers")
+    p = argparse.ArgumentParser(
+        prog="sapo-swarm", description="SAPO Swarm: train a small language model with a swarm of volunteers' computers"
+    )
     p.add_argument("--setup", action="store_true", help="show the setup wizard even if a config exists")
     p.add_argument("--headless", action="store_true", help="no window: run the node in this terminal")
     p.add_argument("--screenshots", metavar="DIR", help="write a PNG of each screen to DIR and exit")
     p.add_argument("--demo", action="store_true", help="with --screenshots: use made-up rounds, not the run store")
-    p.add_argument("--minimized", action="store_true",
-                   help="start in the tray, without the window (how start at login runs it)")
-    p.add_argument("invitation", nargs="?", default="",
-                   help="an invitation link (sapo://join/...) to open in the setup; the desktop entry passes it")
+    p.add_argument(
+        "--minimized", action="store_true", help="start in the tray, without the window (how start at login runs it)"
+    )
+    p.add_argument(
+        "invitation",
+        nargs="?",
+        default="",
+        help="an invitation link (sapo://join/...) to open in the setup; the desktop entry passes it",
+    )
     return p.parse_args(argv)
 
 
@@ -101,8 +109,10 @@ def run_gui(force_setup: bool = False, minimized: bool = False, invitation: str 
     app.setQuitOnLastWindowClosed(False)  # the tray keeps the app; the window's Quit leaves
     single = SingleInstance()
     if not single.acquire():
-        print("sapo-swarm: already running for this data directory; its window was asked to show."
-              + (" To use the invitation, paste it in Setup again… there." if invitation else ""))
+        print(
+            "sapo-swarm: already running for this data directory; its window was asked to show."
+            + (" To use the invitation, paste it in Setup again… there." if invitation else "")
+        )
         return 0
     bridge = WorkerBridge()
     settings = UiSettings()

@@ -13,25 +13,46 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 import numpy as np
 
 from sapo_core.control import protocol as P
-from sapo_core.downloads import PHASE as DOWNLOAD, download_text
+from sapo_core.downloads import PHASE as DOWNLOAD
+from sapo_core.downloads import download_text
 
-PHASE_WORDS = {"sample": "sampling", "score": "scoring", "share": "sharing", "gather": "gathering",
-               "prepare": "preparing", "update": "training", "sync": "syncing", "save": "saving"}
-STATE_WORDS = {P.STARTING: "Starting", P.RUNNING: "Running", P.PAUSING: "Pausing", P.PAUSED: "Paused",
-               P.SNOOZED: "Snoozed", P.STOPPING: "Stopping", P.STOPPED: "Stopped", P.CRASHED: "Stopped on an error",
-               "not started": "Not started"}
+PHASE_WORDS = {
+    "sample": "sampling",
+    "score": "scoring",
+    "share": "sharing",
+    "gather": "gathering",
+    "prepare": "preparing",
+    "update": "training",
+    "sync": "syncing",
+    "save": "saving",
+}
+STATE_WORDS = {
+    P.STARTING: "Starting",
+    P.RUNNING: "Running",
+    P.PAUSING: "Pausing",
+    P.PAUSED: "Paused",
+    P.SNOOZED: "Snoozed",
+    P.STOPPING: "Stopping",
+    P.STOPPED: "Stopped",
+    P.CRASHED: "Stopped on an error",
+    "not started": "Not started",
+}
 # what a phase's done/total count (sapo_core: sampler steps add the sequences still alive, one token each)
 PHASE_UNITS = {"sample": "tokens", "update": "micro-batches", "score": "questions"}
 TIME_PHASES = ("sample", "score", "share", "gather", "prepare", "update", "sync", "save")
 # the dashboard stacks the round's time in four bands; the small phases share one
-PHASE_GROUPS = (("sampling", ("sample",)), ("training", ("update", "sync")),
-                ("sharing with peers", ("share", "gather")), ("other", ("score", "prepare", "save")))
+PHASE_GROUPS = (
+    ("sampling", ("sample",)),
+    ("training", ("update", "sync")),
+    ("sharing with peers", ("share", "gather")),
+    ("other", ("score", "prepare", "save")),
+)
 
 
 @dataclass
@@ -113,8 +134,11 @@ class NodeStatus:
         if self.state == P.RUNNING and self.phase:
             word = PHASE_WORDS.get(self.phase, self.phase)
             unit = PHASE_UNITS.get(self.phase)
-            count = (f" {self.done:,} of {self.total:,} {unit}" if unit else f" {self.done}/{self.total}") \
-                if self.total > 1 else ""
+            count = (
+                (f" {self.done:,} of {self.total:,} {unit}" if unit else f" {self.done}/{self.total}")
+                if self.total > 1
+                else ""
+            )
             return f"round {self.round}: {word}{count}"
         if self.state == P.RUNNING and not self.reason:
             return f"round {self.round}" if self.round else ""
@@ -163,14 +187,14 @@ class Series:
         need = self.n + len(xs)
         if need > len(self._x):
             size = max(need, 2 * len(self._x))
-            self._x = np.concatenate([self._x[:self.n], np.empty(size - self.n)])
-            self._y = np.concatenate([self._y[:self.n], np.empty(size - self.n)])
-        self._x[self.n:need], self._y[self.n:need] = xs, ys
+            self._x = np.concatenate([self._x[: self.n], np.empty(size - self.n)])
+            self._y = np.concatenate([self._y[: self.n], np.empty(size - self.n)])
+        self._x[self.n : need], self._y[self.n : need] = xs, ys
         self.n = need
 
     @property
     def x(self) -> np.ndarray:
-        return self._x[:self.n]
+        return self._x[: self.n]
 
     def sums(self) -> np.ndarray:
         """[0, y0, y0 + y1, ...]: n + 1 running sums, only the new points added since the last call.
@@ -178,16 +202,16 @@ class Series:
         if self._summed != self.n:
             if len(self._sums) < self.n + 1:
                 grown = np.empty(max(self.n + 1, 2 * len(self._sums)))
-                grown[:self._summed + 1] = self._sums[:self._summed + 1]
+                grown[: self._summed + 1] = self._sums[: self._summed + 1]
                 self._sums = grown
             k = self._summed
-            self._sums[k:self.n + 1] = np.cumsum(np.concatenate(([self._sums[k]], self._y[k:self.n])))
+            self._sums[k : self.n + 1] = np.cumsum(np.concatenate(([self._sums[k]], self._y[k : self.n])))
             self._summed = self.n
-        return self._sums[:self.n + 1]
+        return self._sums[: self.n + 1]
 
     @property
     def y(self) -> np.ndarray:
-        return self._y[:self.n]
+        return self._y[: self.n]
 
     def __len__(self) -> int:
         return self.n
@@ -207,13 +231,14 @@ def rolling_mean(y: np.ndarray, window: int, sums: np.ndarray | None = None) -> 
     else:
         c = sums
     out = np.empty(n)
-    out[:w] = c[1:w + 1] / np.arange(1, w + 1)
-    out[w:] = (c[w + 1:] - c[1:n - w + 1]) / w
+    out[:w] = c[1 : w + 1] / np.arange(1, w + 1)
+    out[w:] = (c[w + 1 :] - c[1 : n - w + 1]) / w
     return out
 
 
-def bin_for_screen(x: np.ndarray, y: np.ndarray, x0: float, x1: float, bins: int,
-                   peak: bool, force: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def bin_for_screen(
+    x: np.ndarray, y: np.ndarray, x0: float, x1: float, bins: int, peak: bool, force: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """What a curve of (x, y) needs on a plot showing rounds [x0, x1] across `bins` pixels.
 
     x ascending. The points inside the range plus one on each side (a line runs to the edge);
@@ -256,8 +281,9 @@ class ScreenBins:
         self._tail = 0  # index of the first point of the last bin (its bin is redone next time)
         self._head: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))  # the bins before it
 
-    def __call__(self, x: np.ndarray, y: np.ndarray, x0: float, x1: float, bins: int,
-                 token: object = None) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(
+        self, x: np.ndarray, y: np.ndarray, x0: float, x1: float, bins: int, token: object = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         key = (x0, x1, bins, token)
         n = len(x)
         per = 2 * bins if self.peak else bins
@@ -273,7 +299,7 @@ class ScreenBins:
             self._tail = 0
         scale = bins / (x1 - x0)
         hx, hy = self._head
-        tx, ty = x[self._tail:], y[self._tail:]
+        tx, ty = x[self._tail :], y[self._tail :]
         if self._tail and np.floor((tx[-1] - x0) * scale) == np.floor((tx[0] - x0) * scale):
             # the usual case: the new points fall in the last bin, redone alone (a few calls, not ~15)
             if self.peak:
@@ -281,15 +307,17 @@ class ScreenBins:
                 out = np.append(hx, (at, at)), np.append(hy, (ty.min(), ty.max()))
             else:
                 # the same reduction as bin_for_screen's, so the same floats as binning everything
-                out = (np.append(hx, np.add.reduceat(tx, [0]) / len(tx)),
-                       np.append(hy, np.add.reduceat(ty, [0]) / len(ty)))
-            self._head = out[0][:len(hx)], out[1][:len(hy)]
+                out = (
+                    np.append(hx, np.add.reduceat(tx, [0]) / len(tx)),
+                    np.append(hy, np.add.reduceat(ty, [0]) / len(ty)),
+                )
+            self._head = out[0][: len(hx)], out[1][: len(hy)]
             return out
         bx, by = bin_for_screen(tx, ty, x0, x1, bins, self.peak, force=True)
         out = np.concatenate([hx, bx]), np.concatenate([hy, by])
         # keep all but the last bin: its first point is where the next call starts (found with the
         # same arithmetic as the binning's, not a boundary of its own that rounds differently)
-        idx = np.floor((x[self._tail:] - x0) * (bins / (x1 - x0)))
+        idx = np.floor((x[self._tail :] - x0) * (bins / (x1 - x0)))
         self._tail += int(np.searchsorted(idx, idx[-1], "left"))
         keep = len(out[0]) - (2 if self.peak else 1)
         self._head = out[0][:keep], out[1][:keep]
@@ -359,13 +387,18 @@ class RoundHistory:
             return np.empty(0), np.empty(0)
         return s.x, s.sums()[1:]
 
-    def stacked(self, groups: tuple[tuple[str, tuple[str, ...]], ...], window: int,
-                prefix: str = "time/") -> tuple[np.ndarray, list[np.ndarray]]:
+    def stacked(
+        self, groups: tuple[tuple[str, tuple[str, ...]], ...], window: int, prefix: str = "time/"
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Rolling means of groups of figures, stacked: (rounds, [band 1, band 1+2, ...]).
 
         Rounds are those of any member; a figure missing in a round counts 0 there."""
-        present = [self.series[prefix + k] for _, members in groups for k in members
-                   if prefix + k in self.series and len(self.series[prefix + k])]
+        present = [
+            self.series[prefix + k]
+            for _, members in groups
+            for k in members
+            if prefix + k in self.series and len(self.series[prefix + k])
+        ]
         if not present:
             return np.empty(0), [np.empty(0) for _ in groups]
         # usually every phase is timed in every round: then the rounds are simply shared
@@ -389,8 +422,11 @@ class RoundHistory:
     def keys_under(self, prefix: str, skip: Iterable[str] = ()) -> list[str]:
         """Keys `prefix/name` with a single level below the prefix, e.g. accuracy/<task>."""
         skip = set(skip)
-        return sorted(k for k in self.series if k.startswith(prefix) and "/" not in k[len(prefix):]
-                      and k[len(prefix):] not in skip)
+        return sorted(
+            k
+            for k in self.series
+            if k.startswith(prefix) and "/" not in k[len(prefix) :] and k[len(prefix) :] not in skip
+        )
 
     def last(self, key: str, default: float = float("nan")) -> float:
         s = self.series.get(key)
@@ -423,7 +459,7 @@ REJECTION_WORDS = {
 def rejection_words(reason: str) -> str:
     """'index_malformed' -> 'index entry: malformed record'; unknown reasons keep their name."""
     if reason.startswith("index_"):
-        return "index entry: " + rejection_words(reason[len("index_"):])
+        return "index entry: " + rejection_words(reason[len("index_") :])
     return REJECTION_WORDS.get(reason, reason.replace("_", " "))
 
 
@@ -465,7 +501,7 @@ class SwarmModel:
             for prefix in ("swarm/rejected/", "swarm/dht_rejected/"):
                 if key.startswith(prefix) and value:
                     where = "DHT: " if prefix == "swarm/dht_rejected/" else ""
-                    self.rejections[where + rejection_words(key[len(prefix):])] += int(value)
+                    self.rejections[where + rejection_words(key[len(prefix) :])] += int(value)
         self.peers_now = int(metrics.get("swarm/peers", self.peers_now) or 0)
         self.dht_peers = int(metrics.get("swarm/dht_peers", self.dht_peers) or 0)
         self.ignored_peers = int(metrics.get("swarm/ignored_peers", self.ignored_peers) or 0)
@@ -483,5 +519,18 @@ class SwarmModel:
         return self.join_address or (self.visible_maddrs[0] if self.visible_maddrs else "")
 
 
-__all__ = ["NodeStatus", "Series", "RoundHistory", "SwarmModel", "rolling_mean", "bin_for_screen", "ScreenBins",
-           "PHASE_GROUPS", "rejection_words", "PHASE_WORDS", "STATE_WORDS", "TIME_PHASES", "SWARM_TOTALS"]
+__all__ = [
+    "NodeStatus",
+    "Series",
+    "RoundHistory",
+    "SwarmModel",
+    "rolling_mean",
+    "bin_for_screen",
+    "ScreenBins",
+    "PHASE_GROUPS",
+    "rejection_words",
+    "PHASE_WORDS",
+    "STATE_WORDS",
+    "TIME_PHASES",
+    "SWARM_TOTALS",
+]

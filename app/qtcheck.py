@@ -27,9 +27,11 @@ def binding_problem() -> str:
     lost = before - sys.getrefcount(None)
     if lost < CALLS // 2:
         return ""
-    return (f"PySide6 {PySide6.__version__} on Python {sys.version.split()[0]} corrupts reference counts "
-            f"(None lost {lost} references in {CALLS} calls) and would crash the app within minutes. "
-            f"Install another version: pip install 'PySide6-Essentials<6.12' (or use Python 3.12 or newer).")
+    return (
+        f"PySide6 {PySide6.__version__} on Python {sys.version.split()[0]} corrupts reference counts "
+        f"(None lost {lost} references in {CALLS} calls) and would crash the app within minutes. "
+        f"Install another version: pip install 'PySide6-Essentials<6.12' (or use Python 3.12 or newer)."
+    )
 
 
 __all__ = ["binding_problem"]

@@ -17,9 +17,8 @@ from PySide6.QtCore import QEvent, QPoint, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QAccessible, QAccessibleEvent, QColor, QKeyEvent, QMouseEvent, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from sapo_core.control.schedule import SlotGrid
-
 from app.theme import mix
+from sapo_core.control.schedule import SlotGrid
 
 HOURS = 24
 """Columns per day: `schedule_grid(schedule, HOURS)` gives what the grid shows."""
@@ -89,8 +88,9 @@ class ScheduleGrid(QWidget):
         return self._label_w() + round(hour * self._cell_w())
 
     def cell_rect(self, day: int, hour: int) -> QRectF:
-        return QRectF(self._x(hour), self._header_h() + day * self._row_h(), self._x(hour + 1) - self._x(hour),
-                      self._row_h())
+        return QRectF(
+            self._x(hour), self._header_h() + day * self._row_h(), self._x(hour + 1) - self._x(hour), self._row_h()
+        )
 
     def _cell_at(self, pos: QPoint, clamp: bool = False) -> tuple[int, int] | None:
         hour = bisect_right([self._x(h) for h in range(1, HOURS)], pos.x())  # the edges as painted
@@ -119,8 +119,11 @@ class ScheduleGrid(QWidget):
                     p.fillRect(self.cell_rect(d, h), on)
         p.setPen(text)
         for d, name in enumerate(DAY_LABELS):
-            p.drawText(QRectF(0, header_h + d * row_h, label_w - 6, row_h),
-                       Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, name)
+            p.drawText(
+                QRectF(0, header_h + d * row_h, label_w - 6, row_h),
+                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                name,
+            )
         fm = self.fontMetrics()
         for h in range(0, HOURS + 1, LABEL_EVERY):
             label = f"{h:02d}:00"
@@ -215,7 +218,8 @@ class ScheduleGrid(QWidget):
         hours = sum(map(sum, self._cells))
         self.setAccessibleDescription(
             f"{cell_text(day, hour, self._cells[day][hour])}. {hours} of {7 * HOURS} hours of the week allowed. "
-            f"Arrow keys move, Space toggles, Shift+arrow paints along.")
+            f"Arrow keys move, Space toggles, Shift+arrow paints along."
+        )
         if self.isVisible():
             QAccessible.updateAccessibility(QAccessibleEvent(self, QAccessible.Event.DescriptionChanged))
 

@@ -44,12 +44,11 @@ def take_screenshots(out_dir: str | os.PathLike, demo: bool | None = None) -> li
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from sapo_core.config import NodeConfig
-
     from app.history import read_rows, store_path
     from app.settings import has_node_config, load_node_config, with_run_dir
     from app.theme import dark_palette
     from app.wizard import SetupWizard
+    from sapo_core.config import NodeConfig
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     out = Path(out_dir)
@@ -59,8 +58,11 @@ def take_screenshots(out_dir: str | os.PathLike, demo: bool | None = None) -> li
     cfg = with_run_dir(load_node_config()) if has_node_config() else with_run_dir(NodeConfig())
     store = store_path(cfg.run_dir)
     use_demo = demo if demo is not None else not (store.is_file() and read_rows(store))
-    for suffix, palette, size in (("", light, (1180, 800)), ("-dark", dark_palette(), (1180, 800)),
-                                  ("-small", light, (1000, 640))):
+    for suffix, palette, size in (
+        ("", light, (1180, 800)),
+        ("-dark", dark_palette(), (1180, 800)),
+        ("-small", light, (1000, 640)),
+    ):
         app.setPalette(palette)
         # --- the setup wizard, with the real scan ------------------------------------------------------
         if suffix != "-small":
@@ -77,13 +79,12 @@ def take_screenshots(out_dir: str | os.PathLike, demo: bool | None = None) -> li
 
 
 def _window_shots(app, out: Path, suffix: str, size: tuple[int, int], use_demo: bool, cfg, store: Path) -> list[Path]:
-    from sapo_core.catalog import CatalogError, load_catalogue
-    from sapo_core.control import protocol as P
-
     from app.bridge import WorkerBridge
     from app.demo import demo_node_events, demo_try_result, write_demo_store
     from app.settings import UiSettings
     from app.window import TABS, MainWindow
+    from sapo_core.catalog import CatalogError, load_catalogue
+    from sapo_core.control import protocol as P
 
     shots: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="sapo-shots-") as tmp:
@@ -100,12 +101,14 @@ def _window_shots(app, out: Path, suffix: str, size: tuple[int, int], use_demo: 
                 bridge._on_relay(ev)  # the GUI-thread entry real events take
             window.try_view.show_result(demo_try_result())
             # the Settings tab's weekly grid with a schedule in it (shown, not applied or saved)
-            window.share.set_control(dataclasses.replace(window.share.control, schedule=DEMO_SCHEDULE),
-                                     window.share.threads)
+            window.share.set_control(
+                dataclasses.replace(window.share.control, schedule=DEMO_SCHEDULE), window.share.threads
+            )
         window.setWindowTitle(window.windowTitle() + (" (demo data)" if use_demo else f" ({cfg.run_dir})"))
         if use_demo:  # said inside the picture too: a grab has no title bar
-            window.statusBar().showMessage("Demo data for these screenshots: made-up rounds (app/demo.py), "
-                                           "not a real run.")
+            window.statusBar().showMessage(
+                "Demo data for these screenshots: made-up rounds (app/demo.py), not a real run."
+            )
         window.show()
         _wait(app, lambda: not window.dashboard.cards.loader.busy, 10)
         for index, name in enumerate(TABS):

@@ -89,5 +89,13 @@ class UiSettings:
         self.qsettings.sync()
 
 
-__all__ = ["UiSettings", "node_config_path", "has_node_config", "load_node_config", "save_node_config",
-           "with_run_dir", "ConfigError", "NODE_CONFIG_NAME"]
+__all__ = [
+    "UiSettings",
+    "node_config_path",
+    "has_node_config",
+    "load_node_config",
+    "save_node_config",
+    "with_run_dir",
+    "ConfigError",
+    "NODE_CONFIG_NAME",
+]

@@ -8,11 +8,23 @@ round's `swarm/...` figures (history included), peer names from the gather phase
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QFormLayout, QFrame, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel,
-                               QScrollArea, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QScrollArea,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.joining import JoiningBox
 from app.models import SwarmModel
@@ -24,6 +36,7 @@ def _saved_config() -> NodeConfig | None:
     from app.settings import has_node_config, load_node_config
 
     return load_node_config() if has_node_config() else None
+
 
 TOTAL_WORDS = {
     "published": ("Published", "groups of ours put on the swarm for others"),
@@ -49,8 +62,12 @@ class SwarmView(QWidget):
     invite_copied = Signal(str)
     """The invitation went to the clipboard."""
 
-    def __init__(self, model: SwarmModel, parent: QWidget | None = None,
-                 config_loader: Callable[[], NodeConfig | None] | None = None) -> None:
+    def __init__(
+        self,
+        model: SwarmModel,
+        parent: QWidget | None = None,
+        config_loader: Callable[[], NodeConfig | None] | None = None,
+    ) -> None:
         super().__init__(parent)
         self.model = model
         self.notice = QLabel(wordWrap=True)
@@ -87,7 +104,8 @@ class SwarmView(QWidget):
 
         self.peers_table = _table(["Peer", "Last round"])
         self.peers_table.horizontalHeaderItem(1).setToolTip(
-            "The last round whose gather verified a record of this peer")
+            "The last round whose gather verified a record of this peer"
+        )
         self.rejections_table = _table(["Why rejected", "Count"])
         peers_box, rejections_box = QGroupBox("Peers seen"), QGroupBox("Rejections by reason")
         QVBoxLayout(peers_box).addWidget(self.peers_table)
@@ -117,18 +135,24 @@ class SwarmView(QWidget):
         if m.alone is None:
             self.notice.setText("The swarm identity appears once the node has loaded its model.")
         elif m.alone:
-            self.notice.setText("<b>Training alone.</b> Nothing is shared. To learn with others, choose "
-                                "<i>Setup again…</i> in the menu and join or host a swarm.")
+            self.notice.setText(
+                "<b>Training alone.</b> Nothing is shared. To learn with others, choose "
+                "<i>Setup again…</i> in the menu and join or host a swarm."
+            )
         else:
-            self.notice.setText(f"<b>In the swarm</b> as {m.node_name or 'this node'}: every round it publishes "
-                                "its groups and trains on verified groups from peers.")
+            self.notice.setText(
+                f"<b>In the swarm</b> as {m.node_name or 'this node'}: every round it publishes "
+                "its groups and trains on verified groups from peers."
+            )
         self.name_label.setText(m.node_name or "—")
         self.peer_label.setText(m.peer_id or "—")
         self.joining.show_state(m.invite, m.last_figures, m.alone)
         for key, label in self.total_labels.items():
             label.setText(f"{m.totals.get(key, 0):,}")
-        self.peers_label.setText(f"Peers found in the last round: {m.peers_now} · known to the DHT: {m.dht_peers}"
-                                 + (f" · ignored for sending junk: {m.ignored_peers}" if m.ignored_peers else ""))
+        self.peers_label.setText(
+            f"Peers found in the last round: {m.peers_now} · known to the DHT: {m.dht_peers}"
+            + (f" · ignored for sending junk: {m.ignored_peers}" if m.ignored_peers else "")
+        )
         peers = sorted(m.peers_seen.items(), key=lambda kv: -kv[1])
         self.peers_table.setRowCount(len(peers))
         for row, (name, last) in enumerate(peers):
@@ -139,7 +163,6 @@ class SwarmView(QWidget):
         for row, (reason, n) in enumerate(reasons):
             self.rejections_table.setItem(row, 0, QTableWidgetItem(reason))
             self.rejections_table.setItem(row, 1, QTableWidgetItem(f"{n:,}"))
-
 
 
 __all__ = ["SwarmView"]

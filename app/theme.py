@@ -28,8 +28,11 @@ def is_dark(pal: QPalette | None = None) -> bool:
 def mix(a: str | QColor, b: str | QColor, t: float) -> str:
     """`a` moved a share `t` towards `b`, as #RRGGBB."""
     ca, cb = QColor(a), QColor(b)
-    return QColor(round(ca.red() + (cb.red() - ca.red()) * t), round(ca.green() + (cb.green() - ca.green()) * t),
-                  round(ca.blue() + (cb.blue() - ca.blue()) * t)).name()
+    return QColor(
+        round(ca.red() + (cb.red() - ca.red()) * t),
+        round(ca.green() + (cb.green() - ca.green()) * t),
+        round(ca.blue() + (cb.blue() - ca.blue()) * t),
+    ).name()
 
 
 def colours(pal: QPalette | None = None) -> dict[str, str]:
@@ -40,13 +43,19 @@ def colours(pal: QPalette | None = None) -> dict[str, str]:
     window = pal.color(QPalette.ColorRole.Window).name()
     base = pal.color(QPalette.ColorRole.Base).name()
     return {
-        "text": text, "window": window, "base": base,
+        "text": text,
+        "window": window,
+        "base": base,
         "muted": mix(text, window, 0.35),
-        "panel": mix(window, text, 0.05), "border": mix(window, text, 0.2),
+        "panel": mix(window, text, 0.05),
+        "border": mix(window, text, 0.2),
         "error": "#FF8A80" if dark else "#B42318",
-        "error_bg": mix(window, "#E5484D", 0.18), "error_border": mix(window, "#E5484D", 0.5),
+        "error_bg": mix(window, "#E5484D", 0.18),
+        "error_border": mix(window, "#E5484D", 0.5),
         "ok": "#7EE2A8" if dark else "#1A7F37",
-        "plot_bg": base, "plot_fg": text, "raw": mix(base, text, 0.3),
+        "plot_bg": base,
+        "plot_fg": text,
+        "raw": mix(base, text, 0.3),
         "marker": mix(base, text, 0.45),
     }
 
@@ -54,10 +63,24 @@ def colours(pal: QPalette | None = None) -> dict[str, str]:
 def status_colours(pal: QPalette | None = None) -> dict[str, str]:
     """Text colours with a meaning (ok, warning, error, info, command, plain) that read on the palette."""
     if is_dark(pal):
-        return {"ok": "#7EE2A8", "warning": "#F2C94C", "error": "#FF8A80", "info": "#8AB4F8", "command": "#C58AF9",
-                "plain": colours(pal)["text"], "muted": colours(pal)["muted"]}
-    return {"ok": "#1B7F3B", "warning": "#9A6700", "error": "#B42318", "info": "#1F4E99", "command": "#5B3E96",
-            "plain": colours(pal)["text"], "muted": colours(pal)["muted"]}
+        return {
+            "ok": "#7EE2A8",
+            "warning": "#F2C94C",
+            "error": "#FF8A80",
+            "info": "#8AB4F8",
+            "command": "#C58AF9",
+            "plain": colours(pal)["text"],
+            "muted": colours(pal)["muted"],
+        }
+    return {
+        "ok": "#1B7F3B",
+        "warning": "#9A6700",
+        "error": "#B42318",
+        "info": "#1F4E99",
+        "command": "#5B3E96",
+        "plain": colours(pal)["text"],
+        "muted": colours(pal)["muted"],
+    }
 
 
 def curve_colours(pal: QPalette | None = None) -> tuple[str, ...]:
@@ -67,16 +90,16 @@ def curve_colours(pal: QPalette | None = None) -> tuple[str, ...]:
 def style_sheet(pal: QPalette | None = None) -> str:
     c = colours(pal)
     return f"""
-QLabel#bigNumber {{ font-size: 20pt; font-weight: 600; color: {c['text']}; }}
-QLabel#errorText {{ color: {c['error']}; }}
-QFrame#errorBanner {{ background: {c['error_bg']}; border: 1px solid {c['error_border']}; border-radius: 4px; }}
-QFrame#errorBanner QLabel {{ color: {c['text']}; }}
-QFrame#statusPanel, QFrame#card {{ background: {c['panel']}; border: 1px solid {c['border']}; border-radius: 4px; }}
+QLabel#bigNumber {{ font-size: 20pt; font-weight: 600; color: {c["text"]}; }}
+QLabel#errorText {{ color: {c["error"]}; }}
+QFrame#errorBanner {{ background: {c["error_bg"]}; border: 1px solid {c["error_border"]}; border-radius: 4px; }}
+QFrame#errorBanner QLabel {{ color: {c["text"]}; }}
+QFrame#statusPanel, QFrame#card {{ background: {c["panel"]}; border: 1px solid {c["border"]}; border-radius: 4px; }}
 QFrame#card QLabel {{ border: none; background: transparent; }}
-QLabel#cardTitle {{ color: {c['muted']}; font-size: 9pt; }}
-QLabel#cardValue {{ font-size: 14pt; font-weight: 600; color: {c['text']}; }}
-QLabel#reasonLabel {{ color: {c['text']}; font-size: 11pt; }}
-QLabel#resourcesLabel {{ color: {c['muted']}; }}
+QLabel#cardTitle {{ color: {c["muted"]}; font-size: 9pt; }}
+QLabel#cardValue {{ font-size: 14pt; font-weight: 600; color: {c["text"]}; }}
+QLabel#reasonLabel {{ color: {c["text"]}; font-size: 11pt; }}
+QLabel#resourcesLabel {{ color: {c["muted"]}; }}
 """
 
 
@@ -84,12 +107,27 @@ def dark_palette() -> QPalette:
     """A dark palette (the screenshots' dark variant; what a dark desktop theme gives Qt)."""
     p = QPalette()
     R = QPalette.ColorRole
-    for role, colour in ((R.Window, "#202124"), (R.WindowText, "#E8EAED"), (R.Base, "#33363B"),
-                         (R.AlternateBase, "#3A3D42"), (R.Text, "#E8EAED"), (R.Button, "#2D2E31"),
-                         (R.ButtonText, "#E8EAED"), (R.Highlight, "#3B82F6"), (R.HighlightedText, "#FFFFFF"),
-                         (R.ToolTipBase, "#2D2E31"), (R.ToolTipText, "#E8EAED"), (R.PlaceholderText, "#9AA0A6"),
-                         (R.Link, "#8AB4F8"), (R.BrightText, "#FFFFFF"), (R.Mid, "#3C4043"), (R.Dark, "#111111"),
-                         (R.Light, "#5F6368"), (R.Midlight, "#4A4D51"), (R.Shadow, "#000000")):
+    for role, colour in (
+        (R.Window, "#202124"),
+        (R.WindowText, "#E8EAED"),
+        (R.Base, "#33363B"),
+        (R.AlternateBase, "#3A3D42"),
+        (R.Text, "#E8EAED"),
+        (R.Button, "#2D2E31"),
+        (R.ButtonText, "#E8EAED"),
+        (R.Highlight, "#3B82F6"),
+        (R.HighlightedText, "#FFFFFF"),
+        (R.ToolTipBase, "#2D2E31"),
+        (R.ToolTipText, "#E8EAED"),
+        (R.PlaceholderText, "#9AA0A6"),
+        (R.Link, "#8AB4F8"),
+        (R.BrightText, "#FFFFFF"),
+        (R.Mid, "#3C4043"),
+        (R.Dark, "#111111"),
+        (R.Light, "#5F6368"),
+        (R.Midlight, "#4A4D51"),
+        (R.Shadow, "#000000"),
+    ):
         p.setColor(role, QColor(colour))
     for role in (R.WindowText, R.Text, R.ButtonText):
         p.setColor(QPalette.ColorGroup.Disabled, role, QColor("#80868B"))

@@ -11,14 +11,19 @@ from PySide6.QtCore import QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QFont, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-from sapo_core.control import protocol as P
-
 from app.controls import SNOOZE_CHOICES
 from app.models import NodeStatus
+from sapo_core.control import protocol as P
 
 # the dot drawn on the icon's corner: the state at a glance, also where the menu is never opened
-STATE_DOTS = {P.RUNNING: "#2DA44E", P.STARTING: "#3B82F6", P.PAUSED: "#E3B341", P.PAUSING: "#E3B341",
-              P.SNOOZED: "#E3B341", P.CRASHED: "#E5484D"}
+STATE_DOTS = {
+    P.RUNNING: "#2DA44E",
+    P.STARTING: "#3B82F6",
+    P.PAUSED: "#E3B341",
+    P.PAUSING: "#E3B341",
+    P.SNOOZED: "#E3B341",
+    P.CRASHED: "#E5484D",
+}
 
 
 def state_icon(base: QIcon, state: str, size: int = 64) -> QIcon:
@@ -82,8 +87,14 @@ class TrayIcon(QObject):
         self.quit_action.triggered.connect(self.quit_requested)
         self.menu.addAction(self.state_action)
         self.menu.addSeparator()
-        for a in (self.open_action, self.start_action, self.pause_action, self.pause_after_action, self.resume_action,
-                  self.snooze_action):
+        for a in (
+            self.open_action,
+            self.start_action,
+            self.pause_action,
+            self.pause_after_action,
+            self.resume_action,
+            self.snooze_action,
+        ):
             self.menu.addAction(a)
         self.menu.addSeparator()
         self.menu.addAction(self.quit_action)

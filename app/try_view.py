@@ -11,8 +11,16 @@ from html import escape
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import (QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QTextBrowser, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.jobs import NodeCommand
 from app.theme import colours
@@ -40,12 +48,16 @@ class TryView(QWidget):
         self.ask_button.setAccessibleName("Ask both models the question")
         self.ask_button.clicked.connect(self._on_ask_clicked)
         self.draw_button = QPushButton("&Draw a task question")
-        self.draw_button.setToolTip("A question from the tasks this node trains on, with a reference answer "
-                                    "so each answer gets its reward")
+        self.draw_button.setToolTip(
+            "A question from the tasks this node trains on, with a reference answer so each answer gets its reward"
+        )
         self.draw_button.clicked.connect(self._on_draw_clicked)
         QShortcut(QKeySequence("Ctrl+D"), self, activated=self._on_draw_clicked)
-        self.status = QLabel("Compares the model you started from with the one you trained. Answering loads the "
-                             "model beside the node: it takes a minute on a small computer.", wordWrap=True)
+        self.status = QLabel(
+            "Compares the model you started from with the one you trained. Answering loads the "
+            "model beside the node: it takes a minute on a small computer.",
+            wordWrap=True,
+        )
         self.status.setObjectName("tryStatus")
         self.reference = QLabel(wordWrap=True)
         self.headers = {k: QLabel() for k in ("base", "trained")}
@@ -127,12 +139,16 @@ class TryView(QWidget):
         self.question.setText(r["question"])
         where = f" ({r['dataset'].replace('_', ' ')})" if r.get("dataset") else ""
         self.status.setText(f"Answered in {r.get('seconds', 0):.0f} s{where}. Trained model: round {r['round']}.")
-        self.reference.setText(f"Reference answer: <b>{escape(str(r['reference']))}</b>" if r.get("reference")
-                               is not None else "Typed question: no reference answer, so no reward.")
+        self.reference.setText(
+            f"Reference answer: <b>{escape(str(r['reference']))}</b>"
+            if r.get("reference") is not None
+            else "Typed question: no reference answer, so no reward."
+        )
         for k, label in (("base", "Base model"), ("trained", f"Trained model (round {r['round']})")):
             reward = r[k].get("reward")
-            self.headers[k].setText(f"<b>{label}</b>" + (f" · reward <b>{reward:.2f}</b>" if reward is not None
-                                                         else ""))
+            self.headers[k].setText(
+                f"<b>{label}</b>" + (f" · reward <b>{reward:.2f}</b>" if reward is not None else "")
+            )
             self.answers[k].setPlainText(r[k]["text"] or "(empty answer)")
 
 

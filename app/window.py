@@ -15,23 +15,22 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon
 from PySide6.QtWidgets import QApplication, QMainWindow, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
-from sapo_core.config import ConfigError, ControlConfig, NodeConfig
-from sapo_core.control import protocol as P
-
 from app import APP_NAME
-from app.bridge import WorkerBridge
 from app.banner import ABOUT_TEXT, HELP_TEXT, ErrorBanner
+from app.bridge import WorkerBridge
 from app.controls import ShareSettings, StatusPanel
 from app.dashboard import DashboardView
+from app.eventlog import EventLog, readable_error
 from app.history import HistoryLoader, store_path
 from app.log_view import LogView, diagnostics_text
-from app.eventlog import EventLog, readable_error
 from app.models import NodeStatus, RoundHistory, SwarmModel
 from app.settings import UiSettings, has_node_config, load_node_config, node_config_path, save_node_config, with_run_dir
 from app.swarm_view import SwarmView
 from app.theme import style_sheet
 from app.tray import TrayIcon
 from app.try_view import TryView
+from sapo_core.config import ConfigError, ControlConfig, NodeConfig
+from sapo_core.control import protocol as P
 
 TABS = ("Dashboard", "Try it", "Swarm", "Settings", "Log")
 
@@ -69,8 +68,9 @@ class MainWindow(QMainWindow):
         # the Settings page scrolls: its form is taller than a 640 px screen leaves it under an error banner
         share_scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
         share_scroll.setWidget(self.share)
-        for i, (view, name) in enumerate(zip((self.dashboard, self.try_view, self.swarm_view, share_scroll,
-                                              self.log_view), TABS)):
+        for i, (view, name) in enumerate(
+            zip((self.dashboard, self.try_view, self.swarm_view, share_scroll, self.log_view), TABS)
+        ):
             self.tabs.addTab(view, f"&{name}" if i else name)
             view.setAccessibleName(name)
         self.tabs.setCurrentIndex(min(max(0, settings.get("window/tab")), len(TABS) - 1))
@@ -86,11 +86,18 @@ class MainWindow(QMainWindow):
         self.loader = HistoryLoader(self)
 
         b = self.bridge
-        for signal, slot in ((b.state_changed, self._on_state_changed), (b.round_done, self._on_round_done),
-                             (b.progress, self._on_progress), (b.node_info, self._on_node_info),
-                             (b.heartbeat, self._on_heartbeat), (b.status, self._on_status), (b.error, self._on_error),
-                             (b.event, self._on_event), (b.command_sent, self._on_command_sent),
-                             (b.stop_finished, self._on_stop_finished)):
+        for signal, slot in (
+            (b.state_changed, self._on_state_changed),
+            (b.round_done, self._on_round_done),
+            (b.progress, self._on_progress),
+            (b.node_info, self._on_node_info),
+            (b.heartbeat, self._on_heartbeat),
+            (b.status, self._on_status),
+            (b.error, self._on_error),
+            (b.event, self._on_event),
+            (b.command_sent, self._on_command_sent),
+            (b.stop_finished, self._on_stop_finished),
+        ):
             signal.connect(slot)
         for source in (self.panel, self.tray):
             if source is not None:
@@ -124,19 +131,35 @@ class MainWindow(QMainWindow):
 
     def _build_menu(self) -> None:
         menu = self.menuBar().addMenu("&Node")
-        actions = (("Start", self._on_start_requested, "Ctrl+R"), ("Stop", self._on_stop_action_triggered, ""),
-                   ("Setup again…", self.open_setup, ""), (None, None, ""),
-                   ("Export the trained model…", self.open_export, "Ctrl+E"), (None, None, ""),
-                   ("Export plots as PNG…", self.dashboard._on_png_button_clicked, ""),
-                   ("Export rounds as CSV…", self.dashboard._on_csv_button_clicked, ""), (None, None, ""),
-                   ("Quit (stops the node)", self.request_quit, "Ctrl+Q"))
+        actions = (
+            ("Start", self._on_start_requested, "Ctrl+R"),
+            ("Stop", self._on_stop_action_triggered, ""),
+            ("Setup again…", self.open_setup, ""),
+            (None, None, ""),
+            ("Export the trained model…", self.open_export, "Ctrl+E"),
+            (None, None, ""),
+            ("Export plots as PNG…", self.dashboard._on_png_button_clicked, ""),
+            ("Export rounds as CSV…", self.dashboard._on_csv_button_clicked, ""),
+            (None, None, ""),
+            ("Quit (stops the node)", self.request_quit, "Ctrl+Q"),
+        )
         self._add_actions(menu, actions)
         view = self.menuBar().addMenu("&View")
-        self._add_actions(view, tuple((name, lambda _=False, i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}")
-                                      for i, name in enumerate(TABS)))
+        self._add_actions(
+            view,
+            tuple(
+                (name, lambda _=False, i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}")
+                for i, name in enumerate(TABS)
+            ),
+        )
         helpm = self.menuBar().addMenu("&Help")
-        self._add_actions(helpm, (("How SAPO Swarm works", self._on_help_triggered, "F1"),
-                                  ("About SAPO Swarm", self._on_about_triggered, "")))
+        self._add_actions(
+            helpm,
+            (
+                ("How SAPO Swarm works", self._on_help_triggered, "F1"),
+                ("About SAPO Swarm", self._on_about_triggered, ""),
+            ),
+        )
 
     def _add_actions(self, menu, actions) -> None:
         for text, slot, keys in actions:
@@ -155,9 +178,9 @@ class MainWindow(QMainWindow):
         QMessageBox.information(self, "How SAPO Swarm works", HELP_TEXT)
 
     def _on_about_triggered(self) -> None:
-        from PySide6.QtWidgets import QMessageBox
-
         from importlib.metadata import PackageNotFoundError, version
+
+        from PySide6.QtWidgets import QMessageBox
 
         try:
             v = version("sapo-swarm")
@@ -170,24 +193,30 @@ class MainWindow(QMainWindow):
         """Read node.toml again (the user may have fixed it by hand); a broken file shows why."""
         if not has_node_config():
             self.saved_config = None
-            self.share.set_node_text(f"No settings saved yet: choose <i>Setup again…</i> to pick the model and "
-                                     f"the swarm.<br>Settings file: {node_config_path()}")
+            self.share.set_node_text(
+                f"No settings saved yet: choose <i>Setup again…</i> to pick the model and "
+                f"the swarm.<br>Settings file: {node_config_path()}"
+            )
             return False
         try:
             self.saved_config = load_node_config()
         except ConfigError as e:
             self.saved_config = None
-            self.banner.show_message(f"The settings file cannot be used: {e}",
-                                     f"Fix {node_config_path()} or choose Setup again… in the Node menu.")
+            self.banner.show_message(
+                f"The settings file cannot be used: {e}",
+                f"Fix {node_config_path()} or choose Setup again… in the Node menu.",
+            )
             self.log.add("error", str(e))
             self.log_view.append(self.log.lines[-1])
             return False
         cfg = self.saved_config
         self.share.set_control(cfg.control, cfg.sampler.threads)
-        self.share.set_node_text(f"Model: <b>{cfg.model.name}</b> · swarm: "
-                                 f"{'off (training alone)' if not cfg.swarm.enabled else cfg.swarm.swarm_name}"
-                                 f"<br>Run directory: {with_run_dir(cfg).run_dir}"
-                                 f"<br>Settings file: {node_config_path()}")
+        self.share.set_node_text(
+            f"Model: <b>{cfg.model.name}</b> · swarm: "
+            f"{'off (training alone)' if not cfg.swarm.enabled else cfg.swarm.swarm_name}"
+            f"<br>Run directory: {with_run_dir(cfg).run_dir}"
+            f"<br>Settings file: {node_config_path()}"
+        )
         return True
 
     def start_node(self) -> bool:
@@ -195,8 +224,10 @@ class MainWindow(QMainWindow):
             return False
         if not self.reload_config():
             if self.saved_config is None and not has_node_config():
-                self.banner.show_message("No settings yet.", "Choose Setup again… in the Node menu to pick the "
-                                                             "model, the swarm and your share.")
+                self.banner.show_message(
+                    "No settings yet.",
+                    "Choose Setup again… in the Node menu to pick the model, the swarm and your share.",
+                )
             return False
         cfg = with_run_dir(self.saved_config)
         self.banner.hide()
@@ -328,8 +359,16 @@ class MainWindow(QMainWindow):
         if self.saved_config is None:
             return
         c = self.saved_config.control
-        self.bridge.set_rules(dataclasses.replace(c, pause_on_battery=False, only_when_idle=False, schedule="",
-                                                  max_temperature_c=0.0, min_free_memory_gb=0.0))
+        self.bridge.set_rules(
+            dataclasses.replace(
+                c,
+                pause_on_battery=False,
+                only_when_idle=False,
+                schedule="",
+                max_temperature_c=0.0,
+                min_free_memory_gb=0.0,
+            )
+        )
         self._rules_back.start(int(seconds * 1000))
         self.log_view.append(self.log.add("info", f"your rules are set aside for {seconds / 60:.0f} min"))
 
@@ -403,8 +442,16 @@ class MainWindow(QMainWindow):
 
     def diagnostics(self) -> str:
         cfg = with_run_dir(self.saved_config) if self.saved_config is not None else None
-        return diagnostics_text(self.log, self.status, cfg, self.bridge.last_hello, self.bridge.last_info,
-                                self.bridge.crash, self.bridge.stderr_tail(), str(node_config_path()))
+        return diagnostics_text(
+            self.log,
+            self.status,
+            cfg,
+            self.bridge.last_hello,
+            self.bridge.last_info,
+            self.bridge.crash,
+            self.bridge.stderr_tail(),
+            str(node_config_path()),
+        )
 
     # --- window life ------------------------------------------------------------------------------------
     def bring_to_front(self) -> None:

@@ -16,23 +16,41 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
-from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
-                               QProgressBar, QPushButton, QRadioButton, QSlider, QSpinBox, QStackedWidget,
-                               QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QRadioButton,
+    QSlider,
+    QSpinBox,
+    QStackedWidget,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.hardware_scan import HardwareReport, HardwareScan
+from app.theme import status_colours, style_sheet
 from sapo_core.catalog import FITS, NO_FIT, SLOW
 from sapo_core.config import NodeConfig, RoundConfig
 from sapo_core.swarm.invitations import InvitationError, apply_invitation, parse_invitation
 from sapo_core.swarm.reachability import is_private
 from sapo_core.swarm.swarmlist import SwarmEntry, SwarmListError, apply_swarm, load_swarms
 
-from app.hardware_scan import HardwareReport, HardwareScan
-from app.theme import status_colours, style_sheet
-
 JOIN, LISTED, HOST, ALONE = "join", "listed", "host", "alone"  # JOIN: by invitation (or a bare address)
-SHARED_WORDS = ("In a swarm this computer shares, with every peer: the questions it drew, the answers its model "
-                "wrote and their scores, its peer id, and its IP address (peers and relays see it, as in any "
-                "peer-to-peer app). Nothing else: no files, no names, no other data.")
+SHARED_WORDS = (
+    "In a swarm this computer shares, with every peer: the questions it drew, the answers its model "
+    "wrote and their scores, its peer id, and its IP address (peers and relays see it, as in any "
+    "peer-to-peer app). Nothing else: no files, no names, no other data."
+)
 
 
 def verdict_colours() -> dict[str, str]:
@@ -65,8 +83,10 @@ def address_problem(text: str) -> str:
             return f"This invitation cannot be used: {e}."
         return ""
     if not text.startswith("/") or "/p2p/" not in text:
-        return ("An invitation starts with sapo://join/; an invite address looks like "
-                "/ip4/203.0.113.5/tcp/31337/p2p/Qm… (it ends in /p2p/ and a peer id).")
+        return (
+            "An invitation starts with sapo://join/; an invite address looks like "
+            "/ip4/203.0.113.5/tcp/31337/p2p/Qm… (it ends in /p2p/ and a peer id)."
+        )
     return ""
 
 
@@ -78,12 +98,16 @@ def address_warning(text: str) -> str:
     if text.startswith("sapo:"):
         return " ".join(parse_invitation(text).warnings())
     if is_private(text):
-        return ("This address is private (a home or office network): it works only from the same network. From "
-                "elsewhere, ask for an invitation with a public address.")
+        return (
+            "This address is private (a home or office network): it works only from the same network. From "
+            "elsewhere, ask for an invitation with a public address."
+        )
     return ""
 
 
-def default_swarm_choice(cfg: NodeConfig | None, swarms: list[SwarmEntry], invitation: str = "") -> tuple[str, str, str]:
+def default_swarm_choice(
+    cfg: NodeConfig | None, swarms: list[SwarmEntry], invitation: str = ""
+) -> tuple[str, str, str]:
     """(choice, listed swarm name, why) the swarm step starts with; never a silent swarm of one."""
     if invitation:
         return JOIN, "", "You opened an invitation: it is filled in below."
@@ -92,23 +116,44 @@ def default_swarm_choice(cfg: NodeConfig | None, swarms: list[SwarmEntry], invit
         return c.swarm, c.listed, "Your current setting."
     with_peers = [e for e in swarms if e.bootstrap]
     if with_peers:
-        return LISTED, with_peers[0].name, f"The listed swarm '{with_peers[0].name}' has bootstrap peers to join through."
-    return HOST, "", ("No listed swarm has bootstrap peers (this project has no public servers), so this computer "
-                      "starts a swarm on this network: computers here running SAPO Swarm join it by themselves, and "
-                      "others anywhere with the invitation the Swarm tab shows. Until someone joins, it trains "
-                      "alone, and the Swarm tab says so.")
+        return (
+            LISTED,
+            with_peers[0].name,
+            f"The listed swarm '{with_peers[0].name}' has bootstrap peers to join through.",
+        )
+    return (
+        HOST,
+        "",
+        (
+            "No listed swarm has bootstrap peers (this project has no public servers), so this computer "
+            "starts a swarm on this network: computers here running SAPO Swarm join it by themselves, and "
+            "others anywhere with the invitation the Swarm tab shows. Until someone joins, it trains "
+            "alone, and the Swarm tab says so."
+        ),
+    )
 
 
 def apply_choices(base: NodeConfig, c: SetupChoices, swarms: list[SwarmEntry] | None = None) -> NodeConfig:
     """The config the node runs with after the setup (other settings of `base` are kept)."""
     external = base.round.external_groups or RoundConfig().external_groups
-    changes = {"model.name": c.model, "control.throttle": c.throttle, "sampler.threads": c.threads,
-               "control.pause_on_battery": c.pause_on_battery, "control.only_when_idle": c.only_when_idle}
+    changes = {
+        "model.name": c.model,
+        "control.throttle": c.throttle,
+        "sampler.threads": c.threads,
+        "control.pause_on_battery": c.pause_on_battery,
+        "control.only_when_idle": c.only_when_idle,
+    }
     if c.swarm == ALONE:
         changes.update({"swarm.enabled": False, "round.external_groups": 0})
         return base.replace(**changes)
-    changes.update({"swarm.enabled": True, "round.external_groups": external, "swarm.lan_discovery": c.lan_discovery,
-                    "swarm.listed_swarm": ""})
+    changes.update(
+        {
+            "swarm.enabled": True,
+            "round.external_groups": external,
+            "swarm.lan_discovery": c.lan_discovery,
+            "swarm.listed_swarm": "",
+        }
+    )
     cfg = base.replace(**changes)
     if c.swarm == LISTED:
         entry = next((e for e in swarms or [] if e.name == c.listed), None)
@@ -129,10 +174,17 @@ def choices_from_config(cfg: NodeConfig) -> SetupChoices:
         swarm = LISTED
     else:
         swarm = JOIN if cfg.swarm.initial_peers else HOST
-    return SetupChoices(model=cfg.model.name, swarm=swarm, address=(cfg.swarm.initial_peers or [""])[0],
-                        listed=cfg.swarm.listed_swarm, lan_discovery=cfg.swarm.lan_discovery,
-                        throttle=cfg.control.throttle, threads=cfg.sampler.threads,
-                        pause_on_battery=cfg.control.pause_on_battery, only_when_idle=cfg.control.only_when_idle)
+    return SetupChoices(
+        model=cfg.model.name,
+        swarm=swarm,
+        address=(cfg.swarm.initial_peers or [""])[0],
+        listed=cfg.swarm.listed_swarm,
+        lan_discovery=cfg.swarm.lan_discovery,
+        throttle=cfg.control.throttle,
+        threads=cfg.sampler.threads,
+        pause_on_battery=cfg.control.pause_on_battery,
+        only_when_idle=cfg.control.only_when_idle,
+    )
 
 
 def _heading(text: str, sub: str) -> QLabel:
@@ -145,8 +197,9 @@ class SetupWizard(QDialog):
     joined = Signal(object)
     """The user pressed Join: the NodeConfig to save and run."""
 
-    def __init__(self, base: NodeConfig | None = None, parent: QWidget | None = None, scan: bool = True,
-                 invitation: str = "") -> None:
+    def __init__(
+        self, base: NodeConfig | None = None, parent: QWidget | None = None, scan: bool = True, invitation: str = ""
+    ) -> None:
         super().__init__(parent)
         self.setStyleSheet(style_sheet())  # inline errors (#errorText) in red, colours from the palette
         self.setWindowTitle("Set up SAPO Swarm")
@@ -157,8 +210,9 @@ class SetupWizard(QDialog):
         except (SwarmListError, OSError) as e:
             self.swarms, self.swarms_problem = [], f"The list of swarms could not be read: {e}"
         choice, listed, self.choice_reason = default_swarm_choice(base, self.swarms, invitation)
-        self.choices = dataclasses.replace(self.choices, swarm=choice, listed=listed or self.choices.listed,
-                                           address=invitation or self.choices.address)
+        self.choices = dataclasses.replace(
+            self.choices, swarm=choice, listed=listed or self.choices.listed, address=invitation or self.choices.address
+        )
         self.report: HardwareReport | None = None
         self.scanner = HardwareScan(self)
         self.scanner.finished.connect(self._on_scanner_finished)
@@ -193,15 +247,19 @@ class SetupWizard(QDialog):
     def _machine_page(self) -> QWidget:
         page = QWidget()
         col = QVBoxLayout(page)
-        col.addWidget(_heading("This computer", "What it has, and the model it can train. The node trains in "
-                                                "the background; you stay in control of how much it takes."))
+        col.addWidget(
+            _heading(
+                "This computer",
+                "What it has, and the model it can train. The node trains in "
+                "the background; you stay in control of how much it takes.",
+            )
+        )
         self.scan_busy = QProgressBar(textVisible=False, maximumHeight=6)
         self.scan_busy.setRange(0, 0)
         self.scan_label = QLabel("Scanning this computer…", wordWrap=True)
         self.machine_form = QFormLayout()
         self.models = QTreeWidget()
-        self.models.setHeaderLabels(["Model", "Verdict", "Parameters", "Download", "Rounds / h", "Memory",
-                                     "Licence"])
+        self.models.setHeaderLabels(["Model", "Verdict", "Parameters", "Download", "Rounds / h", "Memory", "Licence"])
         self.models.setAccessibleName("Models this computer can train")
         self.models.setRootIsDecorated(False)
         self.models.currentItemChanged.connect(self._on_models_current_item_changed)
@@ -227,12 +285,23 @@ class SetupWizard(QDialog):
         bold.setBold(True)
         for m in sorted(report.models, key=lambda m: m.usefulness()):
             star = "  ★" if m.id == report.recommended else ""
-            size = (f"{m.download_gb * 1000:,.0f} MB" if m.download_gb < 1 else f"{m.download_gb:.1f} GB") \
-                if m.download_gb else ""
+            size = (
+                (f"{m.download_gb * 1000:,.0f} MB" if m.download_gb < 1 else f"{m.download_gb:.1f} GB")
+                if m.download_gb
+                else ""
+            )
             here = ("✓ here" if size else "included") if m.downloaded else size or "?"
-            item = QTreeWidgetItem([m.id + star, m.status, f"{m.params / 1e6:,.0f} M" if m.params else "?",
-                                    f"{size} {here}".strip() if m.downloaded and size else here,
-                                    f"{m.rounds_per_hour:.0f}", f"{m.memory_gb:.1f} GB", m.license or "?"])
+            item = QTreeWidgetItem(
+                [
+                    m.id + star,
+                    m.status,
+                    f"{m.params / 1e6:,.0f} M" if m.params else "?",
+                    f"{size} {here}".strip() if m.downloaded and size else here,
+                    f"{m.rounds_per_hour:.0f}",
+                    f"{m.memory_gb:.1f} GB",
+                    m.license or "?",
+                ]
+            )
             item.setData(0, Qt.ItemDataRole.UserRole, m.id)
             item.setForeground(1, QBrush(QColor(verdict_colours().get(m.status, status_colours()["plain"]))))
             for c in range(7):
@@ -251,8 +320,9 @@ class SetupWizard(QDialog):
 
     def _on_scanner_failed(self, why: str) -> None:
         self.scan_busy.hide()
-        self.scan_label.setText(f"Could not scan this computer ({why}). The node picks the largest model that "
-                                "fits when it starts.")
+        self.scan_label.setText(
+            f"Could not scan this computer ({why}). The node picks the largest model that fits when it starts."
+        )
         self.choices = dataclasses.replace(self.choices, model="auto")
 
     def _on_models_current_item_changed(self, item: QTreeWidgetItem | None, _old: QTreeWidgetItem | None) -> None:
@@ -263,8 +333,10 @@ class SetupWizard(QDialog):
         m = self.report.option(model_id)
         note = f"<b>{model_id}</b> — {m.reason}<br>{m.details()}" if m else model_id
         if m is not None and m.status == NO_FIT:
-            note += (f". <span style='color:{status_colours()['error']}'>It will not fit: the node will refuse to "
-                     "start.</span>")
+            note += (
+                f". <span style='color:{status_colours()['error']}'>It will not fit: the node will refuse to "
+                "start.</span>"
+            )
         elif m is not None and m.status == SLOW:
             note += ". It fits, but rounds will be long on this computer."
         self.model_note.setText(note)
@@ -273,8 +345,13 @@ class SetupWizard(QDialog):
     def _swarm_page(self) -> QWidget:
         page = QWidget()
         col = QVBoxLayout(page)
-        col.addWidget(_heading("The swarm", "In a swarm, every computer shares the answers it generates and "
-                                            "learns from the others' (SAPO). Alone, it learns only from its own."))
+        col.addWidget(
+            _heading(
+                "The swarm",
+                "In a swarm, every computer shares the answers it generates and "
+                "learns from the others' (SAPO). Alone, it learns only from its own.",
+            )
+        )
         self.swarm_group = QButtonGroup(self)
         self.listed_radio = QRadioButton("Join a listed swarm")
         self.join_radio = QRadioButton("Join by invitation (a sapo://join/… link, or an invite address)")
@@ -288,16 +365,19 @@ class SetupWizard(QDialog):
         if self.choices.listed:
             self.listed_combo.setCurrentIndex(max(0, self.listed_combo.findData(self.choices.listed)))
         self.listed_note = QLabel(wordWrap=True)
-        self.address_edit = QLineEdit(self.choices.address,
-                                      placeholderText="sapo://join/<swarm>?peer=…  or  /ip4/203.0.113.5/tcp/31337/p2p/Qm…")
+        self.address_edit = QLineEdit(
+            self.choices.address, placeholderText="sapo://join/<swarm>?peer=…  or  /ip4/203.0.113.5/tcp/31337/p2p/Qm…"
+        )
         self.address_problem = QLabel(wordWrap=True)
         self.address_problem.setObjectName("errorText")
         self.address_warning = QLabel(wordWrap=True)
         self.address_warning.setObjectName("warningText")
-        self.lan_check = QCheckBox("Find computers of the same swarm on this network (LAN discovery, mDNS)",
-                                   checked=self.choices.lan_discovery)
-        self.lan_check.setToolTip("Announces this node on the local network and looks for others; off sends nothing "
-                                  "but to the swarm's peers")
+        self.lan_check = QCheckBox(
+            "Find computers of the same swarm on this network (LAN discovery, mDNS)", checked=self.choices.lan_discovery
+        )
+        self.lan_check.setToolTip(
+            "Announces this node on the local network and looks for others; off sends nothing but to the swarm's peers"
+        )
         self.choice_label = QLabel(wordWrap=True)
         self.choice_label.setObjectName("swarmChoiceReason")
         self.shared_label = QLabel(SHARED_WORDS, wordWrap=True)
@@ -306,8 +386,9 @@ class SetupWizard(QDialog):
         for i, r in enumerate(radios):
             self.swarm_group.addButton(r, i)
         self.listed_radio.setEnabled(bool(self.swarms))
-        {LISTED: self.listed_radio, JOIN: self.join_radio, HOST: self.host_radio,
-         ALONE: self.alone_radio}[self.choices.swarm].setChecked(True)
+        {LISTED: self.listed_radio, JOIN: self.join_radio, HOST: self.host_radio, ALONE: self.alone_radio}[
+            self.choices.swarm
+        ].setChecked(True)
         self.swarm_group.idToggled.connect(self._on_swarm_group_id_toggled)
         self.address_edit.textChanged.connect(self._on_address_edit_text_changed)
         self.listed_combo.currentIndexChanged.connect(self._on_listed_combo_current_index_changed)
@@ -355,7 +436,7 @@ class SetupWizard(QDialog):
             LISTED: f"Joins the listed swarm '{entry.name if entry else ''}' with its settings.",
             JOIN: "Joins through the invitation or address below.",
             HOST: "Starts a swarm here: it has no peers until another computer joins (on this network by itself, "
-                  "from elsewhere with the invitation on the Swarm tab); meanwhile it trains alone.",
+            "from elsewhere with the invitation on the Swarm tab); meanwhile it trains alone.",
             ALONE: "Trains alone: nothing is shared, nothing is received.",
         }[choice]
         self.choice_label.setText(f"<b>Picked first:</b> {self.choice_reason}<br><b>Now:</b> {meaning}")
@@ -375,8 +456,13 @@ class SetupWizard(QDialog):
     def _share_page(self) -> QWidget:
         page = QWidget()
         col = QVBoxLayout(page)
-        col.addWidget(_heading("Your share", "How much of this computer the node may use. You can pause, snooze "
-                                             "or change this at any time from the window or the tray icon."))
+        col.addWidget(
+            _heading(
+                "Your share",
+                "How much of this computer the node may use. You can pause, snooze "
+                "or change this at any time from the window or the tray icon.",
+            )
+        )
         form = QFormLayout()
         self.throttle_slider = QSlider(Qt.Orientation.Horizontal, minimum=5, maximum=100, singleStep=5, pageStep=10)
         self.throttle_slider.setValue(round(self.choices.throttle * 100))
@@ -386,8 +472,13 @@ class SetupWizard(QDialog):
         row.addWidget(self.throttle_slider, 1)
         row.addWidget(self.throttle_label)
         form.addRow("CPU time:", row)
-        self.threads_spin = QSpinBox(minimum=0, maximum=max(1, os.cpu_count() or 1), specialValueText="all cores",
-                                     value=self.choices.threads, maximumWidth=160)
+        self.threads_spin = QSpinBox(
+            minimum=0,
+            maximum=max(1, os.cpu_count() or 1),
+            specialValueText="all cores",
+            value=self.choices.threads,
+            maximumWidth=160,
+        )
         form.addRow("Threads:", self.threads_spin)
         self.battery_check = QCheckBox("Pause while on battery", checked=self.choices.pause_on_battery)
         self.idle_check = QCheckBox("Run only while I am away from the computer", checked=self.choices.only_when_idle)
@@ -408,20 +499,30 @@ class SetupWizard(QDialog):
         if not hasattr(self, "summary_label"):
             return
         c = self.current_choices()
-        where = {JOIN: "join the swarm of the invitation or address you gave",
-                 LISTED: f"join the listed swarm '{c.listed}'",
-                 HOST: "start a swarm on this network that others can join", ALONE: "train alone"}[c.swarm]
+        where = {
+            JOIN: "join the swarm of the invitation or address you gave",
+            LISTED: f"join the listed swarm '{c.listed}'",
+            HOST: "start a swarm on this network that others can join",
+            ALONE: "train alone",
+        }[c.swarm]
         model = "the model that fits" if c.model == "auto" else c.model
-        self.summary_label.setText(f"The node will train <b>{model}</b>, {where}, and use at most "
-                                   f"<b>{c.throttle:.0%}</b> of the CPU time.")
+        self.summary_label.setText(
+            f"The node will train <b>{model}</b>, {where}, and use at most <b>{c.throttle:.0%}</b> of the CPU time."
+        )
 
     # --- navigation --------------------------------------------------------------------------------
     def current_choices(self) -> SetupChoices:
         return dataclasses.replace(
-            self.choices, swarm=self._swarm_choice(), address=self.address_edit.text().strip(),
-            listed=self.listed_combo.currentData() or "", lan_discovery=self.lan_check.isChecked(),
-            throttle=self.throttle_slider.value() / 100, threads=self.threads_spin.value(),
-            pause_on_battery=self.battery_check.isChecked(), only_when_idle=self.idle_check.isChecked())
+            self.choices,
+            swarm=self._swarm_choice(),
+            address=self.address_edit.text().strip(),
+            listed=self.listed_combo.currentData() or "",
+            lan_discovery=self.lan_check.isChecked(),
+            throttle=self.throttle_slider.value() / 100,
+            threads=self.threads_spin.value(),
+            pause_on_battery=self.battery_check.isChecked(),
+            only_when_idle=self.idle_check.isChecked(),
+        )
 
     def _show_page(self, index: int) -> None:
         self.pages.setCurrentIndex(index)
@@ -469,5 +570,16 @@ class SetupWizard(QDialog):
         super().done(result)
 
 
-__all__ = ["SetupWizard", "SetupChoices", "apply_choices", "choices_from_config", "address_problem",
-           "address_warning", "default_swarm_choice", "JOIN", "LISTED", "HOST", "ALONE"]
+__all__ = [
+    "SetupWizard",
+    "SetupChoices",
+    "apply_choices",
+    "choices_from_config",
+    "address_problem",
+    "address_warning",
+    "default_swarm_choice",
+    "JOIN",
+    "LISTED",
+    "HOST",
+    "ALONE",
+]

@@ -14,8 +14,8 @@ Groups without reward spread are left out when there is no KL term: their advant
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 
@@ -39,9 +39,17 @@ def external_token_ids(policy, c: Completion, max_new_tokens: int) -> list[int]:
     return ids + [policy.tokenizer.eos_token_id] if c.finished and len(full) <= max_new_tokens else ids
 
 
-def training_batch(policy, prompt_of: Callable[[Question], list[int]], local: Sequence[Group],
-                   prompts: Sequence[list[int]], external: Sequence[Group], *, max_new_tokens: int,
-                   skip_flat: bool, external_token_budget: int) -> Batch:
+def training_batch(
+    policy,
+    prompt_of: Callable[[Question], list[int]],
+    local: Sequence[Group],
+    prompts: Sequence[list[int]],
+    external: Sequence[Group],
+    *,
+    max_new_tokens: int,
+    skip_flat: bool,
+    external_token_budget: int,
+) -> Batch:
     """`local` groups with their encoded `prompts`, then `external` ones (prompts from `prompt_of`);
     `external_token_budget` 0: no limit."""
     batch = Batch()

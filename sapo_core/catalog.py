@@ -24,9 +24,10 @@ GPUs are not measured here.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from importlib import resources
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from sapo_core.config import NodeConfig
 from sapo_core.hardware import HardwareProfile
@@ -96,9 +97,21 @@ class CatalogEntry:
 
     def module_shapes(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each LoRA-targetable projection in one layer."""
-        h, i, q, kv = self.hidden_size, self.intermediate_size, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        h, i, q, kv = (
+            self.hidden_size,
+            self.intermediate_size,
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+        )
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
 
     def computed_params(self) -> int:
         """Parameters implied by the architecture numbers (a check on `params`)."""
@@ -145,7 +158,9 @@ def load_catalogue(text: str | None = None) -> Catalogue:
     entries = []
     for n, raw in enumerate(data.get("model", []), 1):
         unknown = sorted(set(raw) - known)
-        missing = sorted(f.name for f in fields(CatalogEntry) if f.name not in raw and f.name not in ("notes", "package"))
+        missing = sorted(
+            f.name for f in fields(CatalogEntry) if f.name not in raw and f.name not in ("notes", "package")
+        )
         if unknown or missing:
             raise CatalogError(f"catalogue entry {n} ({raw.get('id', '?')}): unknown keys {unknown}, missing {missing}")
         entry = CatalogEntry(**raw)
@@ -248,9 +263,11 @@ def estimate_memory(e: CatalogEntry, config: NodeConfig, micro_batch_size: int |
     if s.backend == "transformers":  # samples with the policy itself: no second copy of the weights
         sample = {f"KV cache ({s.group_size} x {seq})": kv_elems * nbytes / GB}
     else:
-        sample = {f"GGUF weights ({sampled_quant(e, config)})": sampled_weights_bytes(e, config) / GB,
-                  f"KV cache f16 ({s.group_size} x {seq})": kv_elems * 2 / GB,
-                  "llama.cpp buffers": LLAMA_BUFFERS_GB}
+        sample = {
+            f"GGUF weights ({sampled_quant(e, config)})": sampled_weights_bytes(e, config) / GB,
+            f"KV cache f16 ({s.group_size} x {seq})": kv_elems * 2 / GB,
+            "llama.cpp buffers": LLAMA_BUFFERS_GB,
+        }
 
     disk = {"download": 0.0 if e.embedded else e.size_bytes / GB}
     if sampled_quant(e, config) != e.quant:
@@ -293,8 +310,9 @@ class RoundEstimate:
         return 3600.0 / self.seconds if self.seconds > 0 else 0.0
 
 
-def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig,
-                   probe: "Probe | None" = None) -> RoundEstimate:
+def estimate_round(
+    e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: Probe | None = None
+) -> RoundEstimate:
     """Seconds of one round: I x G completions sampled, (I + J) x G sequences trained K times.
     With a probe: its measured figures, scaled by parameters (and cores); without: tokens per
     second scale as cores / parameters from the measured anchors (docs/calibration.md,
@@ -325,7 +343,7 @@ def estimate_round(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig
     return RoundEstimate(r.local_groups * s.group_size * s.max_new_tokens, trained, sample_anchor * scale, train_tok_s)
 
 
-def _estimate_from_probe(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: "Probe") -> RoundEstimate:
+def _estimate_from_probe(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: Probe) -> RoundEstimate:
     s, r, t = config.sampler, config.round, config.train
     threads = s.threads or probe.threads
     scale = (probe.params / e.params) * (min(threads, profile.cpu_physical.value) / max(1, probe.threads))
@@ -340,8 +358,9 @@ def _estimate_from_probe(e: CatalogEntry, profile: HardwareProfile, config: Node
         train_tok_s *= GPU_TRAIN_SPEEDUP if profile.device.value == "cuda" else MPS_TRAIN_SPEEDUP
     # scoring and saving grow little with the model; syncing the sampler grows with the adapter
     overhead = probe.overhead_seconds * max(1.0, e.params / probe.params) ** 0.5
-    return RoundEstimate(int(r.local_groups * s.group_size * answer), trained, probe.sample_tok_s * scale,
-                         train_tok_s, overhead, "probe")
+    return RoundEstimate(
+        int(r.local_groups * s.group_size * answer), trained, probe.sample_tok_s * scale, train_tok_s, overhead, "probe"
+    )
 
 
 # --- the choice -------------------------------------------------------------------------
@@ -374,13 +393,17 @@ def ram_budget_gb(profile: HardwareProfile) -> float:
     return min(profile.ram_available_gb.value, RAM_BUDGET_SHARE * profile.ram_total_gb.value)
 
 
-def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: "Probe | None" = None) -> Verdict:
+def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: Probe | None = None) -> Verdict:
     """Fit (memory at the largest workable micro-batch, disk) and speed of one model."""
     device = profile.device.value
     ram, gpu = ram_budget_gb(profile), GPU_BUDGET_SHARE * profile.gpu_memory_gb
     configured = config.train.micro_batch_size
     rnd = estimate_round(e, profile, config, probe)
-    basis = "measured on this machine, scaled by parameters" if rnd.basis == "probe" else "estimate from parameters and cores"
+    basis = (
+        "measured on this machine, scaled by parameters"
+        if rnd.basis == "probe"
+        else "estimate from parameters and cores"
+    )
 
     def fits(est: MemoryEstimate) -> bool:
         host, dev = est.placement(device)
@@ -399,19 +422,38 @@ def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: 
         return Verdict(e.id, NO_FIT, f"doesn't fit: needs {needs(est)} even at micro-batch 1", mb, est, rnd)
     at = f" at micro-batch {mb} ({configured} would need more)" if mb != configured else f" at micro-batch {mb}"
     if est.disk_gb > profile.disk_free_gb.value:
-        return Verdict(e.id, NO_FIT, f"doesn't fit on disk: needs {est.disk_gb:.1f} GB, "
-                                     f"{profile.disk_free_gb.value:.1f} GB free", mb, est, rnd)
+        return Verdict(
+            e.id,
+            NO_FIT,
+            f"doesn't fit on disk: needs {est.disk_gb:.1f} GB, {profile.disk_free_gb.value:.1f} GB free",
+            mb,
+            est,
+            rnd,
+        )
     target = config.round.target_round_seconds
     if rnd.seconds > target:
-        return Verdict(e.id, SLOW, f"slow: a round would take ~{rnd.seconds:.0f} s, target {target:.0f} s "
-                                   f"({basis}); memory {needs(est)}{at}", mb, est, rnd)
-    return Verdict(e.id, FITS, f"fits: needs {needs(est)}{at}; a round ~{rnd.seconds:.0f} s, "
-                               f"~{rnd.rounds_per_hour:.0f} an hour ({'measured, scaled' if rnd.basis == 'probe' else 'estimate'})",
-                   mb, est, rnd)
+        return Verdict(
+            e.id,
+            SLOW,
+            f"slow: a round would take ~{rnd.seconds:.0f} s, target {target:.0f} s ({basis}); memory {needs(est)}{at}",
+            mb,
+            est,
+            rnd,
+        )
+    return Verdict(
+        e.id,
+        FITS,
+        f"fits: needs {needs(est)}{at}; a round ~{rnd.seconds:.0f} s, "
+        f"~{rnd.rounds_per_hour:.0f} an hour ({'measured, scaled' if rnd.basis == 'probe' else 'estimate'})",
+        mb,
+        est,
+        rnd,
+    )
 
 
-def choose_model(profile: HardwareProfile, catalogue: Catalogue, config: NodeConfig,
-                 probe: "Probe | None" = None) -> ModelChoice:
+def choose_model(
+    profile: HardwareProfile, catalogue: Catalogue, config: NodeConfig, probe: Probe | None = None
+) -> ModelChoice:
     """The largest model that fits and is fast enough; or the one the config names, with warnings."""
     verdicts = tuple(judge(e, profile, config, probe) for e in sorted(catalogue, key=lambda e: -e.params))
     by_id = {v.model_id: v for v in verdicts}
@@ -419,10 +461,18 @@ def choose_model(profile: HardwareProfile, catalogue: Catalogue, config: NodeCon
         entry = catalogue.get(config.model.name)
         v = by_id[entry.id]
         warnings = () if v.status == FITS else (f"{entry.title} was asked for in the config but it {v.reason}",)
-        return ModelChoice(entry, f"{entry.title}: named in the config (model.name); {v.reason}",
-                           v.micro_batch_size, verdicts, warnings, explicit=True)
-    for status, lead in ((FITS, "the largest model that fits"),
-                         (SLOW, "nothing is fast enough; the smallest model that fits memory")):
+        return ModelChoice(
+            entry,
+            f"{entry.title}: named in the config (model.name); {v.reason}",
+            v.micro_batch_size,
+            verdicts,
+            warnings,
+            explicit=True,
+        )
+    for status, lead in (
+        (FITS, "the largest model that fits"),
+        (SLOW, "nothing is fast enough; the smallest model that fits memory"),
+    ):
         ranked = [v for v in verdicts if v.status == status]
         if ranked:
             v = ranked[0] if status == FITS else ranked[-1]
@@ -432,10 +482,32 @@ def choose_model(profile: HardwareProfile, catalogue: Catalogue, config: NodeCon
             return ModelChoice(entry, f"{entry.title}, {lead}: {detail}", v.micro_batch_size, verdicts, warnings)
     entry = catalogue.embedded
     v = by_id[entry.id]
-    return ModelChoice(entry, f"{entry.title}: nothing fits; falling back to the embedded model", v.micro_batch_size,
-                       verdicts, (f"the embedded model {v.reason}; expect swapping or an out-of-memory stop",))
+    return ModelChoice(
+        entry,
+        f"{entry.title}: nothing fits; falling back to the embedded model",
+        v.micro_batch_size,
+        verdicts,
+        (f"the embedded model {v.reason}; expect swapping or an out-of-memory stop",),
+    )
 
 
-__all__ = ["CatalogEntry", "Catalogue", "CatalogError", "load_catalogue", "MemoryEstimate", "estimate_memory",
-           "RoundEstimate", "estimate_round", "Verdict", "ModelChoice", "judge", "choose_model", "ram_budget_gb",
-           "sampled_weights_bytes", "FITS", "SLOW", "NO_FIT", "PROMPT_TOKENS"]
+__all__ = [
+    "CatalogEntry",
+    "Catalogue",
+    "CatalogError",
+    "load_catalogue",
+    "MemoryEstimate",
+    "estimate_memory",
+    "RoundEstimate",
+    "estimate_round",
+    "Verdict",
+    "ModelChoice",
+    "judge",
+    "choose_model",
+    "ram_budget_gb",
+    "sampled_weights_bytes",
+    "FITS",
+    "SLOW",
+    "NO_FIT",
+    "PROMPT_TOKENS",
+]

@@ -15,9 +15,10 @@ import dataclasses
 import os
 import tomllib
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 
 class ConfigError(ValueError):
@@ -74,8 +75,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _check(self.lora_rank >= 1, "model.lora_rank", "must be at least 1")
         _check(self.lora_alpha > 0, "model.lora_alpha", "must be positive")
-        _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype",
-               f"'{self.dtype}' is not one of float32, bfloat16, float16")
+        _check(
+            self.dtype in ("float32", "bfloat16", "float16"),
+            "model.dtype",
+            f"'{self.dtype}' is not one of float32, bfloat16, float16",
+        )
         _check(len(self.lora_targets) > 0, "model.lora_targets", "name at least one module")
 
 
@@ -93,42 +97,66 @@ class TaskConfig:
     )
     difficulty: str = _help(
         "Level each dataset starts at, and the lowest the curriculum goes: 'easy' (SmolLM2-135M "
-        "sometimes solves it), 'medium' or 'hard' (about ReasoningGYM's own settings).", "easy")
+        "sometimes solves it), 'medium' or 'hard' (about ReasoningGYM's own settings).",
+        "easy",
+    )
     levels: dict = _help("Start level per dataset, overriding 'difficulty', e.g. {bf = 'medium'}.", {})
     curriculum: bool = _help(
-        "Raise a dataset's level when the model masters it; fall back when its accuracy collapses.", True)
+        "Raise a dataset's level when the model masters it; fall back when its accuracy collapses.", True
+    )
     curriculum_window: int = _help(
-        "Own completions per dataset the rolling accuracy covers; a level changes only on a full window.", 64)
+        "Own completions per dataset the rolling accuracy covers; a level changes only on a full window.", 64
+    )
     curriculum_raise: float = _help("Rolling accuracy (share fully right) at which a dataset's level rises.", 0.5)
     curriculum_lower: float = _help("Rolling accuracy at or below which a raised level falls back.", 0.02)
     prompt: str = _help(
         "How questions are asked: 'one_shot' (a solved example of the same dataset and level, then the "
         "question; asks for a final 'Answer: ...' line), 'answer_line' (the same without the example), "
-        "'plain' (the question only) or 'tags' (<answer> tags).", "one_shot")
+        "'plain' (the question only) or 'tags' (<answer> tags).",
+        "one_shot",
+    )
     partial_credit: bool = _help(
         "Train on ReasoningGYM's partial credit (e.g. 0.1 for any wrong weekday, 0.5 for '13' when the answer is "
         "'3') instead of correctness (1 right, 0 wrong). Off: partial credit divided by a group's small std "
-        "weighs as much as a right answer (docs/environment.md, 'ReasoningGYM').", False)
-    format_reward: float = _help("Weight of a reward for answering in the requested format (the paper dropped it).", 0.0)
+        "weighs as much as a right answer (docs/environment.md, 'ReasoningGYM').",
+        False,
+    )
+    format_reward: float = _help(
+        "Weight of a reward for answering in the requested format (the paper dropped it).", 0.0
+    )
     system_prompt: str = _help("System prompt; empty leaves the model's chat template to its default.", "")
 
     def __post_init__(self) -> None:
         _check(bool(self.weights), "tasks.weights", "name at least one dataset")
         for name, w in self.weights.items():
-            _check(name in PAPER_SPECIALTIES, f"tasks.weights.{name}",
-                   "is not a known dataset; use one of " + ", ".join(PAPER_SPECIALTIES))
-            _check(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0,
-                   f"tasks.weights.{name}", "must be a number >= 0")
+            _check(
+                name in PAPER_SPECIALTIES,
+                f"tasks.weights.{name}",
+                "is not a known dataset; use one of " + ", ".join(PAPER_SPECIALTIES),
+            )
+            _check(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0,
+                f"tasks.weights.{name}",
+                "must be a number >= 0",
+            )
         _check(sum(self.weights.values()) > 0, "tasks.weights", "at least one weight must be above 0")
-        _check(self.difficulty in LEVEL_NAMES, "tasks.difficulty",
-               f"'{self.difficulty}' is not one of " + ", ".join(LEVEL_NAMES))
+        _check(
+            self.difficulty in LEVEL_NAMES,
+            "tasks.difficulty",
+            f"'{self.difficulty}' is not one of " + ", ".join(LEVEL_NAMES),
+        )
         for name, level in self.levels.items():
             _check(name in PAPER_SPECIALTIES, f"tasks.levels.{name}", "is not a known dataset")
             _check(level in LEVEL_NAMES, f"tasks.levels.{name}", f"'{level}' is not one of " + ", ".join(LEVEL_NAMES))
         _check(self.curriculum_window >= 1, "tasks.curriculum_window", "must be at least 1")
-        _check(0 <= self.curriculum_lower < self.curriculum_raise <= 1, "tasks.curriculum_lower",
-               "need 0 <= curriculum_lower < curriculum_raise <= 1")
-        _check(self.prompt in PROMPT_STYLES, "tasks.prompt", f"'{self.prompt}' is not one of " + ", ".join(PROMPT_STYLES))
+        _check(
+            0 <= self.curriculum_lower < self.curriculum_raise <= 1,
+            "tasks.curriculum_lower",
+            "need 0 <= curriculum_lower < curriculum_raise <= 1",
+        )
+        _check(
+            self.prompt in PROMPT_STYLES, "tasks.prompt", f"'{self.prompt}' is not one of " + ", ".join(PROMPT_STYLES)
+        )
         _check(0 <= self.format_reward <= 1, "tasks.format_reward", "must be between 0 and 1")
 
 
@@ -141,20 +169,28 @@ class SamplerConfig:
     top_p: float = _help("Nucleus sampling threshold (1 = off).", 1.0)
     quantization: str = _help(
         "Weights llama.cpp samples from: 'f16' (the trainer's own weights: log-probs within 0.002 nats of "
-        "the trainer's), 'q8_0' (half the memory, ~0.06 nats off) or 'as-is'.", "f16")
+        "the trainer's), 'q8_0' (half the memory, ~0.06 nats off) or 'as-is'.",
+        "f16",
+    )
     threads: int = _help(
         "Threads for sampling and training; 0 = chosen from what the CPU has free (within "
-        "control.max_cpus_percent and control.leave_cores), and adapted while running.", 0)
+        "control.max_cpus_percent and control.leave_cores), and adapted while running.",
+        0,
+    )
 
     def __post_init__(self) -> None:
-        _check(self.backend in ("auto", "llamacpp", "transformers"), "sampler.backend",
-               f"'{self.backend}' is not auto, llamacpp or transformers")
+        _check(
+            self.backend in ("auto", "llamacpp", "transformers"),
+            "sampler.backend",
+            f"'{self.backend}' is not auto, llamacpp or transformers",
+        )
         _check(2 <= self.group_size <= 64, "sampler.group_size", "must be 2..64 (GRPO needs at least 2)")
         _check(1 <= self.max_new_tokens <= 4096, "sampler.max_new_tokens", "must be 1..4096")
         _check(0 < self.temperature <= 2, "sampler.temperature", "must be in (0, 2]")
         _check(0 < self.top_p <= 1, "sampler.top_p", "must be in (0, 1]")
-        _check(self.quantization in ("f16", "q8_0", "as-is"), "sampler.quantization",
-               "must be 'f16', 'q8_0' or 'as-is'")
+        _check(
+            self.quantization in ("f16", "q8_0", "as-is"), "sampler.quantization", "must be 'f16', 'q8_0' or 'as-is'"
+        )
         _check(self.threads >= 0, "sampler.threads", "must be >= 0")
 
 
@@ -165,7 +201,9 @@ class TrainConfig:
     micro_batch_size: int = _help("Sequences per forward/backward pass (memory bound).", 2)
     gradient_checkpointing: bool = _help(
         "Recompute each layer's activations in the backward pass: ~1/3 more compute, a fraction of the "
-        "memory (docs/calibration.md, 'Memory estimates').", True)
+        "memory (docs/calibration.md, 'Memory estimates').",
+        True,
+    )
     epsilon_low: float = _help("Lower clip of the importance ratio, 1 - eps_low (paper: 0.2).", 0.2)
     epsilon_high: float = _help("Upper clip of the importance ratio, 1 + eps_high (paper: 0.28).", 0.28)
     kl_beta: float = _help("Weight of the KL penalty to the base model (paper: 0).", 0.0)
@@ -175,7 +213,9 @@ class TrainConfig:
     pack_prompts: bool = _help(
         "Process each group's prompt once per micro-batch, its completions attending to that one copy "
         "(a block attention mask): the same log-probs as one row per completion, several times fewer "
-        "tokens when answers are short next to the prompt.", True)
+        "tokens when answers are short next to the prompt.",
+        True,
+    )
 
     def __post_init__(self) -> None:
         _check(0 < self.learning_rate < 1, "train.learning_rate", "must be in (0, 1)")
@@ -214,39 +254,59 @@ def _name_ok(name: str) -> bool:
 class SwarmConfig:
     enabled: bool = _help("Share rollouts with a swarm (false = train alone).", True)
     swarm_name: str = _help(
-        "Name of the swarm (letters, digits, '.', '_', '-'); nodes with other names never mix.", "sapo-public")
+        "Name of the swarm (letters, digits, '.', '_', '-'); nodes with other names never mix.", "sapo-public"
+    )
     initial_peers: list = _help(
         "Multiaddrs of peers to join, each ending in /p2p/<peer id> (a running node prints its own); "
-        "empty hosts a new swarm.", [])
+        "empty hosts a new swarm.",
+        [],
+    )
     listed_swarm: str = _help(
         "Name of a listed swarm (resources/swarms.toml, or swarms.toml in the config directory) whose "
-        "bootstrap peers and swarm-wide settings this node takes when it starts; empty: none.", "")
-    host_maddrs: list = _help("Addresses to listen on; empty listens nowhere (peers cannot dial this node: "
-                              "it joins as a DHT client).", ["/ip4/0.0.0.0/tcp/0"])
+        "bootstrap peers and swarm-wide settings this node takes when it starts; empty: none.",
+        "",
+    )
+    host_maddrs: list = _help(
+        "Addresses to listen on; empty listens nowhere (peers cannot dial this node: it joins as a DHT client).",
+        ["/ip4/0.0.0.0/tcp/0"],
+    )
     announce_maddrs: list = _help("Addresses to tell peers (behind NAT; explicit ports, not 0).", [])
     client_mode: bool = _help("Only ask the DHT, never serve it (for nodes peers cannot reach).", False)
     reachability: str = _help(
         "'auto': after joining, a peer dials this node back; unreachable (behind NAT) it becomes a DHT client "
         "and takes a relay slot. 'reachable': always serve the DHT. 'unreachable': client and relay from the "
-        "start.", "auto")
+        "start.",
+        "auto",
+    )
     use_relay: bool = _help(
         "libp2p circuit relays: reach peers behind NAT through a relay, offer to relay for others when "
-        "reachable, and, behind NAT, reserve a slot at a reachable peer (docs/swarm.md, Joining).", True)
+        "reachable, and, behind NAT, reserve a slot at a reachable peer (docs/swarm.md, Joining).",
+        True,
+    )
     lan_discovery: bool = _help(
         "Find and announce nodes of the same swarm on the local network (mDNS, _sapo-swarm._tcp); false "
-        "sends nothing on the network but to the swarm's peers.", True)
+        "sends nothing on the network but to the swarm's peers.",
+        True,
+    )
     lan_interfaces: list = _help(
         "IP addresses of the interfaces LAN discovery uses (empty: those of swarm.host_maddrs; all when "
-        "listening on 0.0.0.0 or nowhere; none when listening on loopback only).", [])
+        "listening on 0.0.0.0 or nowhere; none when listening on loopback only).",
+        [],
+    )
     window_seconds: float = _help(
         "Length of the DHT time windows records are published into; readers read the current and the "
-        "previous one. Swarm-wide: nodes with another value never see each other.", 300.0)
+        "previous one. Swarm-wide: nodes with another value never see each other.",
+        300.0,
+    )
     shards: int = _help(
         "Index shards per window. Swarm-wide: nodes with another value never see each other. About "
-        "swarm size / 20 keeps index reads small (docs/swarm.md).", 16)
+        "swarm size / 20 keeps index reads small (docs/swarm.md).",
+        16,
+    )
     shards_read: int = _help("Index shards a node reads first per window (more only if it finds too few peers).", 2)
     records_per_gather: int = _help(
-        "Peers' records fetched and verified per round: bounds a gather whatever the swarm's size.", 6)
+        "Peers' records fetched and verified per round: bounds a gather whatever the swarm's size.", 6
+    )
     max_record_kib: int = _help("Largest record this node publishes per round, in KiB (hard limit 256).", 256)
     replicas: int = _help("DHT nodes that store each of our values.", 5)
     publish_timeout: float = _help("Seconds a round waits for its publish before going on.", 10.0)
@@ -256,59 +316,97 @@ class SwarmConfig:
     join_timeout: float = _help("Seconds to wait for initial peers to answer at start.", 5.0)
     join_attempts: int = _help(
         "Tries to reach the initial peers at start (the pause doubles between tries) before training "
-        "alone; retries go on in the background.", 3)
+        "alone; retries go on in the background.",
+        3,
+    )
     rejoin_min_seconds: float = _help("First pause before retrying initial peers that did not answer.", 2.0)
     rejoin_max_seconds: float = _help("Longest pause between retries (the pause doubles up to this).", 120.0)
     strikes_to_ignore: int = _help("Records holding junk (forged, tampered, malformed) before a peer is ignored.", 3)
     ignore_minutes: float = _help("How long a peer that keeps sending junk is ignored.", 10.0)
     identity_path: str = _help(
-        "RSA key file of this node (default: node.key in the data directory's identity folder).", "")
+        "RSA key file of this node (default: node.key in the data directory's identity folder).", ""
+    )
     verify_cpu_seconds: float = _help(
-        "CPU seconds verifying one peer's record may take; a record that needs more is junk (a strike).", 1.0)
+        "CPU seconds verifying one peer's record may take; a record that needs more is junk (a strike).", 1.0
+    )
     verify_grace_seconds: float = _help(
-        "Seconds verification may run past gather_timeout before the rest of the records are skipped.", 1.0)
+        "Seconds verification may run past gather_timeout before the rest of the records are skipped.", 1.0
+    )
     likelihood_floor: float = _help(
         "Peers' completions whose mean log-likelihood per token under our policy, over their least likely "
         "likelihood_window tokens, is below this (nats) are dropped as 'unlikely': injected links and "
         "garbage preambles, not text our model would write. Set so >= 95 % of the embedded model's "
         "own completions pass and no injected link does (docs/calibration.md, 'Likelihood floor'); "
-        "0 = off.", -3.6)
+        "0 = off.",
+        -3.6,
+    )
     likelihood_window: int = _help("Tokens over which the likelihood floor averages (see likelihood_floor).", 16)
     max_external_tokens: int = _help(
         "Most completion tokens of peers' groups one update trains on, whole groups only (the default is "
-        "J x G x max_new_tokens at the defaults; 0 = no limit).", 4096)
+        "J x G x max_new_tokens at the defaults; 0 = no limit).",
+        4096,
+    )
 
     def __post_init__(self) -> None:
-        _check(_name_ok(self.swarm_name),
-               "swarm.swarm_name", f"'{self.swarm_name}' must be 1..64 letters, digits, '.', '_' or '-'")
+        _check(
+            _name_ok(self.swarm_name),
+            "swarm.swarm_name",
+            f"'{self.swarm_name}' must be 1..64 letters, digits, '.', '_' or '-'",
+        )
         for addr in self.initial_peers:
-            _check(isinstance(addr, str) and addr.startswith("/") and "/p2p/" in addr, "swarm.initial_peers",
-                   f"'{addr}' is not a multiaddr ending in /p2p/<peer id>, e.g. "
-                   f"/ip4/203.0.113.5/tcp/31337/p2p/QmPeer...")
+            _check(
+                isinstance(addr, str) and addr.startswith("/") and "/p2p/" in addr,
+                "swarm.initial_peers",
+                f"'{addr}' is not a multiaddr ending in /p2p/<peer id>, e.g. /ip4/203.0.113.5/tcp/31337/p2p/QmPeer...",
+            )
         for addr in list(self.host_maddrs) + list(self.announce_maddrs):
-            _check(isinstance(addr, str) and addr.startswith("/"), "swarm.host_maddrs",
-                   f"'{addr}' is not a multiaddr such as /ip4/0.0.0.0/tcp/0")
+            _check(
+                isinstance(addr, str) and addr.startswith("/"),
+                "swarm.host_maddrs",
+                f"'{addr}' is not a multiaddr such as /ip4/0.0.0.0/tcp/0",
+            )
         for addr in self.announce_maddrs:
-            _check(not addr.rstrip("/").endswith(("/tcp/0", "/udp/0")), "swarm.announce_maddrs",
-                   f"'{addr}' needs an explicit port, not 0")
+            _check(
+                not addr.rstrip("/").endswith(("/tcp/0", "/udp/0")),
+                "swarm.announce_maddrs",
+                f"'{addr}' needs an explicit port, not 0",
+            )
         for ip in self.lan_interfaces:
-            _check(isinstance(ip, str) and 0 < len(ip) <= 64, "swarm.lan_interfaces",
-                   f"'{ip}' is not an IP address such as 192.168.1.20")
-        _check(self.reachability in REACHABILITY_MODES, "swarm.reachability",
-               f"'{self.reachability}' must be one of {', '.join(REACHABILITY_MODES)}")
-        _check(not self.listed_swarm or _name_ok(self.listed_swarm), "swarm.listed_swarm",
-               f"'{self.listed_swarm}' must be 1..64 letters, digits, '.', '_' or '-'")
+            _check(
+                isinstance(ip, str) and 0 < len(ip) <= 64,
+                "swarm.lan_interfaces",
+                f"'{ip}' is not an IP address such as 192.168.1.20",
+            )
+        _check(
+            self.reachability in REACHABILITY_MODES,
+            "swarm.reachability",
+            f"'{self.reachability}' must be one of {', '.join(REACHABILITY_MODES)}",
+        )
+        _check(
+            not self.listed_swarm or _name_ok(self.listed_swarm),
+            "swarm.listed_swarm",
+            f"'{self.listed_swarm}' must be 1..64 letters, digits, '.', '_' or '-'",
+        )
         _check(self.window_seconds >= 5, "swarm.window_seconds", "must be at least 5")
         _check(1 <= self.shards <= 4096, "swarm.shards", "must be 1..4096")
         _check(1 <= self.shards_read <= self.shards, "swarm.shards_read", "must be 1..swarm.shards")
         _check(1 <= self.records_per_gather <= 64, "swarm.records_per_gather", "must be 1..64")
         _check(4 <= self.max_record_kib <= 256, "swarm.max_record_kib", "must be 4..256 (256 KiB is the hard limit)")
         _check(1 <= self.replicas <= 20, "swarm.replicas", "must be 1..20")
-        for key in ("publish_timeout", "gather_timeout", "rpc_timeout", "start_timeout", "join_timeout",
-                    "rejoin_min_seconds"):
+        for key in (
+            "publish_timeout",
+            "gather_timeout",
+            "rpc_timeout",
+            "start_timeout",
+            "join_timeout",
+            "rejoin_min_seconds",
+        ):
             _check(getattr(self, key) > 0, f"swarm.{key}", "must be positive")
-        _check(self.rejoin_max_seconds >= self.rejoin_min_seconds, "swarm.rejoin_max_seconds",
-               "must be >= swarm.rejoin_min_seconds")
+        _check(
+            self.rejoin_max_seconds >= self.rejoin_min_seconds,
+            "swarm.rejoin_max_seconds",
+            "must be >= swarm.rejoin_min_seconds",
+        )
         _check(1 <= self.join_attempts <= 20, "swarm.join_attempts", "must be 1..20")
         _check(self.strikes_to_ignore >= 1, "swarm.strikes_to_ignore", "must be at least 1")
         _check(self.ignore_minutes >= 0, "swarm.ignore_minutes", "must be >= 0")
@@ -330,14 +428,20 @@ class ControlConfig:
     min_free_memory_gb: float = _help("Pause when free memory falls below this (0 = off).", 0.0)
     idle_cpu_percent: float = _help(
         "Where the OS does not tell input idle time, 'only when idle' treats the user as busy while other "
-        "programs use more than this % of the CPU.", 25.0)
+        "programs use more than this % of the CPU.",
+        25.0,
+    )
     check_seconds: float = _help("How often the rules read the machine (battery, idle time, temperature...).", 2.0)
     max_cpus_percent: float = _help(
         "Use at most this % of the CPU cores (BOINC's 'use at most N % of the CPUs'); the node's "
-        "threads stay within it, and fewer while other programs keep cores busy.", 100.0)
+        "threads stay within it, and fewer while other programs keep cores busy.",
+        100.0,
+    )
     leave_cores: int = _help(
         "Cores always left to your own programs (the desktop default leaves one, so the computer "
-        "stays responsive; 0 on a machine that does nothing else). The node keeps at least one thread.", 1)
+        "stays responsive; 0 on a machine that does nothing else). The node keeps at least one thread.",
+        1,
+    )
 
     def __post_init__(self) -> None:
         _check(0.05 <= self.throttle <= 1.0, "control.throttle", "must be between 0.05 and 1")
@@ -361,18 +465,24 @@ class EvalConfig:
     enabled: bool = _help(
         "Measure the policy on held-out questions (never trained on) against the base model: before the first "
         "round, every eval.every_rounds rounds (within eval.max_share) and after the last round of a run of set "
-        "length.", True)
+        "length.",
+        True,
+    )
     every_rounds: int = _help(
         "Held-out evaluations fall on rounds that are multiples of this (0 = only before the first round and at "
         "the end), when eval.max_share allows. One evaluation takes several rounds' time "
-        "(docs/calibration.md, 'Held-out evaluation schedule').", 70)
+        "(docs/calibration.md, 'Held-out evaluation schedule').",
+        70,
+    )
     max_share: float = _help(
         "Most of the node's time evaluation may take: a due evaluation is skipped (to the next multiple of "
         "every_rounds) until the rounds since the last one took (1 - share) / share times as long as it did "
         "(docs/calibration.md, 'Held-out evaluation schedule').",
-        0.1)
+        0.1,
+    )
     questions: int = _help(
-        "Held-out questions per dataset and level (training skips every one of them; at most 512).", 32)
+        "Held-out questions per dataset and level (training skips every one of them; at most 512).", 32
+    )
     samples: int = _help("Completions per held-out question at the training temperature, k.", 4)
     greedy: bool = _help("Also one greedy completion per question (eval/greedy_solve_rate).", True)
 
@@ -396,7 +506,7 @@ class NodeConfig:
     control: ControlConfig = field(default_factory=ControlConfig, metadata={"help": "The volunteer's limits."})
     eval: EvalConfig = field(default_factory=EvalConfig, metadata={"help": "Held-out evaluation."})
 
-    def replace(self, **changes: Any) -> "NodeConfig":
+    def replace(self, **changes: Any) -> NodeConfig:
         """Copy with changes; nested ones as dotted keys: replace(**{"train.learning_rate": 1e-4})."""
         return from_dict(_merge(to_dict(self), _undot(changes)))
 
@@ -453,8 +563,9 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = prefix.rstrip(".") or "the top level"
-        raise ConfigError(f"unknown key(s) {', '.join(prefix + u for u in unknown)} in {where}; "
-                          f"known: {', '.join(sorted(fields))}")
+        raise ConfigError(
+            f"unknown key(s) {', '.join(prefix + u for u in unknown)} in {where}; known: {', '.join(sorted(fields))}"
+        )
     kwargs = {}
     for name, value in data.items():
         tp = hints[name]
@@ -511,8 +622,24 @@ def field_help(cls: type = NodeConfig, prefix: str = "") -> dict[str, str]:
 
 
 __all__ = [
-    "ConfigError", "ModelConfig", "TaskConfig", "SamplerConfig", "TrainConfig", "RoundConfig",
-    "SwarmConfig", "ControlConfig", "EvalConfig", "NodeConfig", "load_config", "save_config", "dump_config",
-    "from_dict", "to_dict", "field_help", "PAPER_SPECIALTIES", "DEFAULT_TASK_WEIGHTS", "LEVEL_NAMES",
+    "ConfigError",
+    "ModelConfig",
+    "TaskConfig",
+    "SamplerConfig",
+    "TrainConfig",
+    "RoundConfig",
+    "SwarmConfig",
+    "ControlConfig",
+    "EvalConfig",
+    "NodeConfig",
+    "load_config",
+    "save_config",
+    "dump_config",
+    "from_dict",
+    "to_dict",
+    "field_help",
+    "PAPER_SPECIALTIES",
+    "DEFAULT_TASK_WEIGHTS",
+    "LEVEL_NAMES",
     "PROMPT_STYLES",
 ]

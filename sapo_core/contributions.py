@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from sapo_core.store import RunStore
 
@@ -30,8 +30,16 @@ def start_of_week(now: float | None = None) -> float:
     return dt.datetime.combine(d, dt.time()).timestamp()
 
 
-TOTALS_KEYS = ("cpu/seconds", "groups/external", "groups/local", "round/group_size", "tokens/sampled", "groups/trained",
-               "swarm/published", "swarm/peers")
+TOTALS_KEYS = (
+    "cpu/seconds",
+    "groups/external",
+    "groups/local",
+    "round/group_size",
+    "tokens/sampled",
+    "groups/trained",
+    "swarm/published",
+    "swarm/peers",
+)
 
 
 def contribution_totals(store: RunStore, until_round: int | None = None, now: float | None = None) -> dict[str, float]:
@@ -39,9 +47,24 @@ def contribution_totals(store: RunStore, until_round: int | None = None, now: fl
     groups published, peers, and time spent in rounds today and this week (pauses excluded)."""
     today, week = start_of_today(now), start_of_week(now)
     t: dict[str, float] = dict.fromkeys(
-        ("rounds", "cpu_hours", "completions", "tokens", "groups_own", "groups_peers", "groups_published",
-         "peers_max", "seconds_today", "seconds_week", "cpu_hours_today", "cpu_hours_week", "rounds_today",
-         "rounds_week"), 0.0)
+        (
+            "rounds",
+            "cpu_hours",
+            "completions",
+            "tokens",
+            "groups_own",
+            "groups_peers",
+            "groups_published",
+            "peers_max",
+            "seconds_today",
+            "seconds_week",
+            "cpu_hours_today",
+            "cpu_hours_week",
+            "rounds_today",
+            "rounds_week",
+        ),
+        0.0,
+    )
     first, last = None, None
     # only the figures summed are read (SQLite's json_extract), not every row's whole JSON
     for started, ended, f in store.spans(0.0, TOTALS_KEYS, until_round):
@@ -81,8 +104,7 @@ def receipt_totals(store: RunStore, since: float = 0.0, ignored: Iterable[str] =
     dropped here too)."""
     skip = set(ignored)
     kept = [r for r in store.receipts(since) if r[0] not in skip]
-    return {"receipts": len(kept), "peers": len({r[0] for r in kept}),
-            "groups": len({(r[1], r[2]) for r in kept})}
+    return {"receipts": len(kept), "peers": len({r[0] for r in kept}), "groups": len({(r[1], r[2]) for r in kept})}
 
 
 @dataclass(frozen=True)
@@ -117,9 +139,23 @@ def held_out_summary(store: RunStore, until_round: int | None = None) -> HeldOut
     m = next(row.metrics for row in store.rounds(since=r - 1, limit=1))
     base_rounds, bases = store.series("eval/solve_rate_base")
     base = m.get("eval/solve_rate_base", bases[0] if bases else pairs[0][1])
-    return HeldOutSummary(base=base, now=now, round=r, gain=m.get("eval/gain", now - base),
-                   ci_low=m.get("eval/gain_ci_low"), ci_high=m.get("eval/gain_ci_high"))
+    return HeldOutSummary(
+        base=base,
+        now=now,
+        round=r,
+        gain=m.get("eval/gain", now - base),
+        ci_low=m.get("eval/gain_ci_low"),
+        ci_high=m.get("eval/gain_ci_high"),
+    )
 
 
-__all__ = ["contribution_totals", "daily_activity", "receipt_totals", "held_out_summary", "HeldOutSummary",
-           "start_of_today", "start_of_week", "TOTALS_KEYS"]
+__all__ = [
+    "contribution_totals",
+    "daily_activity",
+    "receipt_totals",
+    "held_out_summary",
+    "HeldOutSummary",
+    "start_of_today",
+    "start_of_week",
+    "TOTALS_KEYS",
+]

@@ -22,8 +22,9 @@ describe a curriculum.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 STATE_VERSION = 1
 
@@ -42,7 +43,9 @@ class LevelChange:
         """What the node's log says, e.g. "basic_arithmetic easy -> medium (solved 0.61 of the
         recent completions)"."""
         why = "solved" if self.raised else "only solved"
-        return f"{self.dataset} {self.old_level} -> {self.new_level} ({why} {self.accuracy:.2f} of the recent completions)"
+        return (
+            f"{self.dataset} {self.old_level} -> {self.new_level} ({why} {self.accuracy:.2f} of the recent completions)"
+        )
 
 
 class Curriculum:
@@ -148,7 +151,7 @@ class Curriculum:
             if not isinstance(saved, list):
                 raise ValueError(f"curriculum state: results of {name} are not a list")
             level = names.index(levels[name])
-            window = [1 if r else 0 for r in saved][-self.window:]
+            window = [1 if r else 0 for r in saved][-self.window :]
             if level < self.floor[name]:
                 level, window = self.floor[name], []
             self._level[name] = level

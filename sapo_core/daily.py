@@ -22,8 +22,9 @@ import bisect
 import datetime as dt
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from sapo_core.store import RunStore
 
@@ -59,8 +60,9 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
-def pause_after(spans: Sequence[tuple[float, float]], pause_rounds: float = PAUSE_ROUNDS,
-                min_pause_s: float = MIN_PAUSE_S) -> float:
+def pause_after(
+    spans: Sequence[tuple[float, float]], pause_rounds: float = PAUSE_ROUNDS, min_pause_s: float = MIN_PAUSE_S
+) -> float:
     """The gap (seconds) between two rounds beyond which the node counts as paused."""
     durations = [max(0.0, e - s) for s, e in spans]
     return max(min_pause_s, pause_rounds * statistics.median(durations)) if durations else min_pause_s
@@ -79,8 +81,9 @@ def running_intervals(spans: Sequence[tuple[float, float]], pause_s: float) -> l
     return [(s, e) for s, e in merged]
 
 
-def by_day(rounds: Sequence[tuple[float, float, float, float]], receipts_seen: Sequence[float], now: float,
-           days: int = DAYS) -> list[Day]:
+def by_day(
+    rounds: Sequence[tuple[float, float, float, float]], receipts_seen: Sequence[float], now: float, days: int = DAYS
+) -> list[Day]:
     """Per-day figures from rounds' (started, ended, cpu seconds, groups published) and the times
     receipts were first seen, for the last `days` days (days without anything give zeros)."""
     bounds = day_bounds(now, days)
@@ -106,9 +109,19 @@ def by_day(rounds: Sequence[tuple[float, float, float, float]], receipts_seen: S
         i = index(t)
         if i is not None:
             receipts[i] += 1
-    return [Day(date=d.isoformat(), start=start, end=end, seconds=seconds[i], cpu_hours=cpu[i] / 3600,
-                rounds=int(count[i]), groups_published=published[i], receipts=int(receipts[i]))
-            for i, (d, start, end) in enumerate(bounds)]
+    return [
+        Day(
+            date=d.isoformat(),
+            start=start,
+            end=end,
+            seconds=seconds[i],
+            cpu_hours=cpu[i] / 3600,
+            rounds=int(count[i]),
+            groups_published=published[i],
+            receipts=int(receipts[i]),
+        )
+        for i, (d, start, end) in enumerate(bounds)
+    ]
 
 
 def contribution_by_day(store: RunStore, now: float | None = None, days: int = DAYS) -> dict[str, Any]:
@@ -117,13 +130,18 @@ def contribution_by_day(store: RunStore, now: float | None = None, days: int = D
     now = time.time() if now is None else now
     bounds = day_bounds(now, days)
     first, last = bounds[0][1], bounds[-1][2]
-    rows = [(s, e, f[0], f[1]) for s, e, f in store.spans(since=first, keys=("cpu/seconds", "swarm/published"))
-            if s < last]
+    rows = [
+        (s, e, f[0], f[1]) for s, e, f in store.spans(since=first, keys=("cpu/seconds", "swarm/published")) if s < last
+    ]
     spans = [(s, e) for s, e, _, _ in rows]
     pause_s = pause_after(spans)
     running = [[max(s, first), min(e, last)] for s, e in running_intervals(spans, pause_s)]
-    return {"days": [asdict(d) for d in by_day(rows, [r[4] for r in store.receipts(since=first)], now, days)],
-            "running": running, "pause_after_s": pause_s, "now": now}
+    return {
+        "days": [asdict(d) for d in by_day(rows, [r[4] for r in store.receipts(since=first)], now, days)],
+        "running": running,
+        "pause_after_s": pause_s,
+        "now": now,
+    }
 
 
 def day_table(daily: dict[str, Any]) -> list[str]:
@@ -133,15 +151,24 @@ def day_table(daily: dict[str, Any]) -> list[str]:
     if not busy:
         return [f"by day: nothing in the last {len(days)} days"]
     out = [f"{'by day (local time)':<19} {'running':>8} {'CPU-hours':>9} {'rounds':>6} {'receipts':>8}"]
-    for d in days[busy[0]:]:
+    for d in days[busy[0] :]:
         date = dt.date.fromisoformat(d["date"]).strftime("%a %Y-%m-%d")
         if d["rounds"] or d["seconds"] or d["receipts"]:
-            out.append(f"{date:<19} {d['seconds'] / 3600:>6.1f} h {d['cpu_hours']:>9.2f} {d['rounds']:>6} "
-                       f"{d['receipts']:>8}")
+            out.append(
+                f"{date:<19} {d['seconds'] / 3600:>6.1f} h {d['cpu_hours']:>9.2f} {d['rounds']:>6} {d['receipts']:>8}"
+            )
         else:
             out.append(f"{date:<19} {'-':>8}")
     return out
 
 
-__all__ = ["DAYS", "Day", "by_day", "contribution_by_day", "day_bounds", "day_table", "pause_after",
-           "running_intervals"]
+__all__ = [
+    "DAYS",
+    "Day",
+    "by_day",
+    "contribution_by_day",
+    "day_bounds",
+    "day_table",
+    "pause_after",
+    "running_intervals",
+]

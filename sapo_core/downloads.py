@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sapo_core.hooks import Interrupted
 
@@ -64,8 +65,10 @@ def download_text(info: dict[str, Any], done: int, total: int, with_rate: bool =
     # both figures in the total's unit, so "120 of 386 MB" never reads "1 of 2 GB"
     unit, size = next(((u, s) for u, s in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if total >= s), ("bytes", 1))
     digits = 2 if unit == "GB" else 0
-    text = (f"Downloading {title}: {done / size:.{digits}f} of {total / size:.{digits}f} {unit} "
-            f"({int(100 * done / total)} %)")  # floored: 100 % only once it is all here
+    text = (
+        f"Downloading {title}: {done / size:.{digits}f} of {total / size:.{digits}f} {unit} "
+        f"({int(100 * done / total)} %)"
+    )  # floored: 100 % only once it is all here
     rate = info.get("bytes_per_s")
     if with_rate and isinstance(rate, (int, float)) and rate > 0:
         text += f" at {format_bytes(rate)}/s"
@@ -79,8 +82,12 @@ class DownloadReport:
     """The node's side of a download; see the module docstring. `progress` is the round hooks'
     method; `should_stop()` says a stop was asked (the download is abandoned)."""
 
-    def __init__(self, progress: Callable[..., None], should_stop: Callable[[], bool] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        progress: Callable[..., None],
+        should_stop: Callable[[], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._progress, self._should_stop, self._clock = progress, should_stop, clock
         self.info: dict[str, Any] = {}
         self._size = 0
@@ -113,8 +120,9 @@ class DownloadReport:
 
     def finished(self) -> None:
         """The file is downloaded and verified."""
-        log.info(f"downloaded and verified {self.info.get('model', 'the model')} in "
-                 f"{self._clock() - self._started:.0f} s")
+        log.info(
+            f"downloaded and verified {self.info.get('model', 'the model')} in {self._clock() - self._started:.0f} s"
+        )
 
     def failed(self, why: str) -> None:
         """The download failed (the caller falls back and says to what)."""
@@ -186,5 +194,13 @@ def terminal_download(command: str, stream: Any = None) -> DownloadReport:
     return DownloadReport(hooks.progress)
 
 
-__all__ = ["PHASE", "DownloadReport", "DownloadLines", "download_text", "format_bytes", "format_duration",
-           "TerminalHooks", "terminal_download"]
+__all__ = [
+    "PHASE",
+    "DownloadReport",
+    "DownloadLines",
+    "download_text",
+    "format_bytes",
+    "format_duration",
+    "TerminalHooks",
+    "terminal_download",
+]

@@ -29,9 +29,10 @@ import hashlib
 import json
 import logging
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from sapo_core.fsutil import atomic_write_bytes
 from sapo_core.hooks import RoundHooks
@@ -113,7 +114,7 @@ class EvalScores:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "EvalScores":
+    def from_json(cls, data: dict[str, Any]) -> EvalScores:
         return cls(**{k: data[k] for k in ("keys", "datasets", "solved", "rewards", "greedy")})
 
 
@@ -147,23 +148,35 @@ class _EvalHooks:
         self._hooks.progress("eval", done, total, **info)
 
 
-def measure(sampler, policy, tasks: TaskSet, questions: Sequence[Question], settings: EvalSettings,
-            hooks: RoundHooks) -> EvalScores:
+def measure(
+    sampler, policy, tasks: TaskSet, questions: Sequence[Question], settings: EvalSettings, hooks: RoundHooks
+) -> EvalScores:
     """Sample the current policy on the questions (batched through the node's sampler) and score."""
     hooks = _EvalHooks(hooks)
     prompts = [policy.encode_prompt(tasks.messages(q)) for q in questions]
     seeds = [_question_seed(settings, q) for q in questions]
-    params = SamplingParams(n=settings.samples, max_new_tokens=settings.max_new_tokens,
-                            temperature=settings.temperature, top_p=settings.top_p, stop_token_ids=policy.eos_ids)
-    out = EvalScores(keys=[q.id.key() for q in questions], datasets=[q.id.dataset for q in questions],
-                     solved=[], rewards=[])
+    params = SamplingParams(
+        n=settings.samples,
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        stop_token_ids=policy.eos_ids,
+    )
+    out = EvalScores(
+        keys=[q.id.key() for q in questions], datasets=[q.id.dataset for q in questions], solved=[], rewards=[]
+    )
     for q, seqs in zip(questions, sampler.sample(prompts, seeds, params, hooks)):
         texts = [policy.decode(s.token_ids) for s in seqs]
         out.solved.append([1.0 if ok else 0.0 for ok in tasks.solved(q, texts)])
         out.rewards.append([float(r) for r in tasks.score(q, texts)])
     if settings.greedy:
-        greedy = SamplingParams(n=1, max_new_tokens=settings.max_new_tokens, temperature=GREEDY_TEMPERATURE,
-                                top_p=1.0, stop_token_ids=policy.eos_ids)
+        greedy = SamplingParams(
+            n=1,
+            max_new_tokens=settings.max_new_tokens,
+            temperature=GREEDY_TEMPERATURE,
+            top_p=1.0,
+            stop_token_ids=policy.eos_ids,
+        )
         for q, seqs in zip(questions, sampler.sample(prompts, seeds, greedy, hooks)):
             out.greedy.append(1.0 if tasks.solved(q, [policy.decode(seqs[0].token_ids)])[0] else 0.0)
     return out
@@ -196,8 +209,9 @@ def base_weights(policy, sampler) -> Iterator[None]:
 # --- figures ---------------------------------------------------------------------------------
 
 
-def paired_bootstrap(current: Sequence[float], base: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
-                     seed: int = 0) -> tuple[float, float, float]:
+def paired_bootstrap(
+    current: Sequence[float], base: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> tuple[float, float, float]:
     """(mean of current - base, 2.5th and 97.5th percentile of that mean over question resamples).
 
     current, base: (Q,) per-question solve rates of the same questions in the same order."""
@@ -231,8 +245,14 @@ def summarize(current: EvalScores, base: EvalScores | None) -> dict[str, float]:
         m[f"eval/{d}/solve_rate"] = _mean([x for s, ds in zip(current.solved, current.datasets) if ds == d for x in s])
     if base is not None and base.keys == current.keys:
         gain, lo, hi = paired_bootstrap(current.per_question, base.per_question)
-        m.update({"eval/solve_rate_base": _mean([x for s in base.solved for x in s]), "eval/gain": gain,
-                  "eval/gain_ci_low": lo, "eval/gain_ci_high": hi})
+        m.update(
+            {
+                "eval/solve_rate_base": _mean([x for s in base.solved for x in s]),
+                "eval/gain": gain,
+                "eval/gain_ci_low": lo,
+                "eval/gain_ci_high": hi,
+            }
+        )
         if base.greedy:
             m["eval/greedy_solve_rate_base"] = _mean(base.greedy)
     return m
@@ -248,8 +268,14 @@ def gains_by_dataset(current: EvalScores, base: EvalScores) -> dict[str, dict[st
         cur = [current.per_question[i] for i in idx]
         bas = [base.per_question[i] for i in idx]
         gain, lo, hi = paired_bootstrap(cur, bas)
-        out[d] = {"questions": float(len(idx)), "base": _mean(bas), "current": _mean(cur), "gain": gain,
-                  "ci_low": lo, "ci_high": hi}
+        out[d] = {
+            "questions": float(len(idx)),
+            "base": _mean(bas),
+            "current": _mean(cur),
+            "gain": gain,
+            "ci_low": lo,
+            "ci_high": hi,
+        }
         if current.greedy and base.greedy:
             out[d]["greedy_base"] = _mean([base.greedy[i] for i in idx])
             out[d]["greedy_current"] = _mean([current.greedy[i] for i in idx])
@@ -259,17 +285,29 @@ def gains_by_dataset(current: EvalScores, base: EvalScores) -> dict[str, dict[st
 # --- the base model's result, cached ----------------------------------------------------------
 
 
-def base_cache_path(cache_dir: Path, policy, questions: Sequence[Question], settings: EvalSettings,
-                    tasks: TaskSet, sampler_name: str) -> Path:
+def base_cache_path(
+    cache_dir: Path, policy, questions: Sequence[Question], settings: EvalSettings, tasks: TaskSet, sampler_name: str
+) -> Path:
     """One file per (model file, held-out set, sampling settings, prompt, reward setting, sampler)."""
     source = ""
     if policy.gguf_path is not None and Path(policy.gguf_path).is_file():
         st = Path(policy.gguf_path).stat()
         source = f"{Path(policy.gguf_path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    key = json.dumps({"format": EVAL_FORMAT, "model": policy.model_id, "source": source,
-                      "set": set_name(questions), "settings": asdict(settings), "prompt": tasks.cfg.prompt,
-                      "system": tasks.cfg.system_prompt, "partial_credit": tasks.cfg.partial_credit,
-                      "format_reward": tasks.cfg.format_reward, "sampler": sampler_name}, sort_keys=True)
+    key = json.dumps(
+        {
+            "format": EVAL_FORMAT,
+            "model": policy.model_id,
+            "source": source,
+            "set": set_name(questions),
+            "settings": asdict(settings),
+            "prompt": tasks.cfg.prompt,
+            "system": tasks.cfg.system_prompt,
+            "partial_credit": tasks.cfg.partial_credit,
+            "format_reward": tasks.cfg.format_reward,
+            "sampler": sampler_name,
+        },
+        sort_keys=True,
+    )
     digest = hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
     return Path(cache_dir) / "eval" / f"base-{policy.model_id}-{digest}.json"
 
@@ -315,17 +353,22 @@ class Evaluator:
     def run(self, sampler, policy, hooks: RoundHooks) -> dict[str, float]:
         """Measure the policy as the sampler now follows it; the base model first if not cached."""
         base = self._base(sampler, policy, hooks)
-        current = base if (base is not None and policy.version == 0) else measure(
-            sampler, policy, self.tasks, self.questions, self.settings, hooks)
+        current = (
+            base
+            if (base is not None and policy.version == 0)
+            else measure(sampler, policy, self.tasks, self.questions, self.settings, hooks)
+        )
         self.last = current
         m = summarize(current, base)
         levels = {d: self.tasks.curriculum.level(d) for d in self.tasks.datasets}
         moved = [d for d in self.tasks.datasets if levels[d] != self.start[d]]
-        solved = {d: [x for s, ds in zip(current.solved, current.datasets) if ds == d for x in s]
-                  for d in self.tasks.datasets}
+        solved = {
+            d: [x for s, ds in zip(current.solved, current.datasets) if ds == d for x in s] for d in self.tasks.datasets
+        }
         if moved:
-            above = measure(sampler, policy, self.tasks, eval_set(moved, levels, self.per_dataset), self.settings,
-                            hooks)
+            above = measure(
+                sampler, policy, self.tasks, eval_set(moved, levels, self.per_dataset), self.settings, hooks
+            )
             for d in moved:
                 solved[d] = [x for s, ds in zip(above.solved, above.datasets) if ds == d for x in s]
                 m[f"eval/{d}/level_solve_rate"] = _mean(solved[d])
@@ -369,8 +412,26 @@ def held_out_line(m: dict[str, float], untrained: bool) -> str:
     return f"held-out: solve rate {m['eval/solve_rate']:.3f}{gain}, {m['time/eval']:.0f} s"
 
 
-__all__ = ["Evaluator", "start_levels", "EVAL_SEED", "MAX_EVAL_QUESTIONS", "GREEDY_TEMPERATURE", "EvalScores", "EvalSettings", "HeldOut",
-           "eval_question", "eval_set", "set_name", "measure", "base_weights", "paired_bootstrap", "summarize",
-           "gains_by_dataset", "eval_within_share", "held_out_line",
-           "base_cache_path", "load_cached", "save_cached"]
-
+__all__ = [
+    "Evaluator",
+    "start_levels",
+    "EVAL_SEED",
+    "MAX_EVAL_QUESTIONS",
+    "GREEDY_TEMPERATURE",
+    "EvalScores",
+    "EvalSettings",
+    "HeldOut",
+    "eval_question",
+    "eval_set",
+    "set_name",
+    "measure",
+    "base_weights",
+    "paired_bootstrap",
+    "summarize",
+    "gains_by_dataset",
+    "eval_within_share",
+    "held_out_line",
+    "base_cache_path",
+    "load_cached",
+    "save_cached",
+]

@@ -35,11 +35,36 @@ from typing import Any
 from sapo_core import logs
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, NodeConfig
 
-CSV_FIELDS = ("seed", "config", "node", "round", "reward_mean", "solve_rate", "groups_local_with_signal",
-              "groups_external", "groups_trained", "round_seconds", "eval_solve_rate", "eval_solve_rate_base")
+CSV_FIELDS = (
+    "seed",
+    "config",
+    "node",
+    "round",
+    "reward_mean",
+    "solve_rate",
+    "groups_local_with_signal",
+    "groups_external",
+    "groups_trained",
+    "round_seconds",
+    "eval_solve_rate",
+    "eval_solve_rate_base",
+)
 # two-sided 95 % quantiles of Student's t by degrees of freedom (larger: the normal's 1.96)
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         15: 2.131, 20: 2.086, 30: 2.042}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
 
 
 def parse_configs(text: str) -> list[tuple[int, int]]:
@@ -56,29 +81,39 @@ def parse_configs(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def node_config(args: argparse.Namespace, out: Path, seed: int, label: str, index: int, local: int, external: int,
-                join: str | None) -> NodeConfig:
+def node_config(
+    args: argparse.Namespace, out: Path, seed: int, label: str, index: int, local: int, external: int, join: str | None
+) -> NodeConfig:
     weights = {t: 1.0 for t in args.tasks.split(",")} if args.tasks else dict(DEFAULT_TASK_WEIGHTS)
     tag = f"seed{seed}-{label.replace('/', '-')}"
-    return NodeConfig().replace(**{
-        "run_dir": str(out / "runs" / tag / f"node{index}"),
-        "seed": seed * 1000 + index,
-        "model.name": args.model,
-        "tasks.weights": weights,
-        "sampler.group_size": args.group_size, "sampler.max_new_tokens": args.max_new_tokens,
-        "sampler.threads": args.threads,
-        "round.local_groups": local, "round.external_groups": external, "round.auto_scale": False,
-        "swarm.enabled": external > 0,
-        "swarm.swarm_name": f"experiment-{tag}-{args.stamp}",
-        "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
-        "swarm.window_seconds": args.window_seconds,
-        "swarm.gather_timeout": 3.0, "swarm.publish_timeout": 5.0,
-        "swarm.identity_path": str(out / "identities" / f"seed{seed}-node{index}.key"),
-        "swarm.initial_peers": [join] if join else [],
-        "eval.enabled": True, "eval.every_rounds": args.eval_every, "eval.max_share": 1.0,  # as asked, not skipped
-        "eval.questions": args.eval_questions,
-        "eval.samples": args.eval_samples, "eval.greedy": False,
-    })
+    return NodeConfig().replace(
+        **{
+            "run_dir": str(out / "runs" / tag / f"node{index}"),
+            "seed": seed * 1000 + index,
+            "model.name": args.model,
+            "tasks.weights": weights,
+            "sampler.group_size": args.group_size,
+            "sampler.max_new_tokens": args.max_new_tokens,
+            "sampler.threads": args.threads,
+            "round.local_groups": local,
+            "round.external_groups": external,
+            "round.auto_scale": False,
+            "swarm.enabled": external > 0,
+            "swarm.swarm_name": f"experiment-{tag}-{args.stamp}",
+            "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+            "swarm.window_seconds": args.window_seconds,
+            "swarm.gather_timeout": 3.0,
+            "swarm.publish_timeout": 5.0,
+            "swarm.identity_path": str(out / "identities" / f"seed{seed}-node{index}.key"),
+            "swarm.initial_peers": [join] if join else [],
+            "eval.enabled": True,
+            "eval.every_rounds": args.eval_every,
+            "eval.max_share": 1.0,  # as asked, not skipped
+            "eval.questions": args.eval_questions,
+            "eval.samples": args.eval_samples,
+            "eval.greedy": False,
+        }
+    )
 
 
 class SharedSampler:
@@ -89,7 +124,7 @@ class SharedSampler:
         self.inner = inner
         self.owner: Any = None
 
-    def view(self, node) -> "_SamplerView":
+    def view(self, node) -> _SamplerView:
         return _SamplerView(self, node)
 
 
@@ -135,11 +170,20 @@ def _log_prefix() -> str:
 
 
 def _row(seed: int, label: str, i: int, r: int, m: dict[str, float]) -> dict:
-    return {"seed": seed, "config": label, "node": i, "round": r, "reward_mean": m.get("reward/mean", 0.0),
-            "solve_rate": m.get("accuracy/mean", 0.0), "groups_local_with_signal": m.get("groups/local_with_signal", 0.0),
-            "groups_external": m.get("groups/external", 0.0), "groups_trained": m.get("groups/trained", 0.0),
-            "round_seconds": m.get("time/round", 0.0), "eval_solve_rate": m.get("eval/solve_rate", ""),
-            "eval_solve_rate_base": m.get("eval/solve_rate_base", "")}
+    return {
+        "seed": seed,
+        "config": label,
+        "node": i,
+        "round": r,
+        "reward_mean": m.get("reward/mean", 0.0),
+        "solve_rate": m.get("accuracy/mean", 0.0),
+        "groups_local_with_signal": m.get("groups/local_with_signal", 0.0),
+        "groups_external": m.get("groups/external", 0.0),
+        "groups_trained": m.get("groups/trained", 0.0),
+        "round_seconds": m.get("time/round", 0.0),
+        "eval_solve_rate": m.get("eval/solve_rate", ""),
+        "eval_solve_rate_base": m.get("eval/solve_rate_base", ""),
+    }
 
 
 def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int, external: int) -> list[dict]:
@@ -182,8 +226,11 @@ def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int
                 m = node.run_round(final=r == args.rounds)
                 rows.append(_row(seed, label, i, r, m))
                 held = f", held-out {m['eval/solve_rate']:.3f}" if "eval/solve_rate" in m else ""
-                print(f"[seed {seed} {label} node{i}] round {r}/{args.rounds}: solved {m.get('accuracy/mean', 0):.3f}, "
-                      f"external {m.get('groups/external', 0):.0f}, {m.get('time/round', 0):.1f} s{held}", flush=True)
+                print(
+                    f"[seed {seed} {label} node{i}] round {r}/{args.rounds}: solved {m.get('accuracy/mean', 0):.3f}, "
+                    f"external {m.get('groups/external', 0):.0f}, {m.get('time/round', 0):.1f} s{held}",
+                    flush=True,
+                )
     finally:
         for node in nodes:
             node.close()
@@ -193,8 +240,9 @@ def run_configuration(args: argparse.Namespace, out: Path, seed: int, local: int
     return rows
 
 
-def _run_in_processes(args: argparse.Namespace, out: Path, units: list[tuple[int, int, int]], title: str,
-                      labels: list[str]) -> list[dict]:
+def _run_in_processes(
+    args: argparse.Namespace, out: Path, units: list[tuple[int, int, int]], title: str, labels: list[str]
+) -> list[dict]:
     """Each (seed, configuration) run in a process of its own, `args.jobs` at a time. Runs share
     nothing but the base model's cached evaluation (written atomically) and identity files, which
     only sharing configurations read; two runs of one seed at once would race to create them, so
@@ -267,7 +315,9 @@ def difference(rows: list[dict], isolated: str, sharing: str) -> tuple[list[floa
     return diffs, (mean_ci(diffs) if diffs else (math.nan, math.nan, math.nan))
 
 
-def training_difference(rows: list[dict], isolated: str, sharing: str) -> tuple[list[float], tuple[float, float, float]]:
+def training_difference(
+    rows: list[dict], isolated: str, sharing: str
+) -> tuple[list[float], tuple[float, float, float]]:
     """The paper's kind of measure beside the held-out one: per seed, the mean over nodes and rounds
     of the training solve rate of the node's own questions, sharing - isolated; over seeds, its
     mean and 95 % t-interval. Each node's curriculum sets how hard its questions are, so a node that
@@ -298,20 +348,26 @@ def write_outputs(rows: list[dict], out: Path, title: str, configs: list[str]) -
         if rates:
             m, lo, hi = mean_ci(rates)
             ext = statistics.fmean(r["groups_external"] for r in mine)
-            lines.append(f"{c}: final held-out solve rate {m:.3f} (95% CI {lo:.3f}..{hi:.3f}) over {len(rates)} nodes, "
-                         f"{ext:.2f} external groups per node-round")
+            lines.append(
+                f"{c}: final held-out solve rate {m:.3f} (95% CI {lo:.3f}..{hi:.3f}) over {len(rates)} nodes, "
+                f"{ext:.2f} external groups per node-round"
+            )
     diffs: list[float] = []
     if len(configs) >= 2:
         for c in configs[1:]:
             diffs, (m, lo, hi) = difference(rows, configs[0], c)
             if diffs:
-                lines.append(f"{c} - {configs[0]}: {m:+.3f} ({_interval(lo, hi, len(diffs))}) over {len(diffs)} "
-                             f"seed{'s' * (len(diffs) != 1)}; per seed " + ", ".join(f"{d:+.3f}" for d in diffs))
+                lines.append(
+                    f"{c} - {configs[0]}: {m:+.3f} ({_interval(lo, hi, len(diffs))}) over {len(diffs)} "
+                    f"seed{'s' * (len(diffs) != 1)}; per seed " + ", ".join(f"{d:+.3f}" for d in diffs)
+                )
             train, (m, lo, hi) = training_difference(rows, configs[0], c)
             if train:
-                lines.append(f"  training solve rate over all rounds (own questions, each node's curriculum), "
-                             f"{c} - {configs[0]}: {m:+.3f} ({_interval(lo, hi, len(train))}); per seed "
-                             + ", ".join(f"{d:+.3f}" for d in train))
+                lines.append(
+                    f"  training solve rate over all rounds (own questions, each node's curriculum), "
+                    f"{c} - {configs[0]}: {m:+.3f} ({_interval(lo, hi, len(train))}); per seed "
+                    + ", ".join(f"{d:+.3f}" for d in train)
+                )
     (out / "summary.txt").write_text(title + "\n" + "\n".join(lines) + "\n")
     if not _plot(rows, out / "experiment.png", title, configs):
         lines.append(PLOT_NEEDS_MATPLOTLIB)
@@ -319,9 +375,11 @@ def write_outputs(rows: list[dict], out: Path, title: str, configs: list[str]) -
 
 
 # matplotlib is an optional extra (pyproject.toml): a volunteer's node never draws.
-PLOT_NEEDS_MATPLOTLIB = ("experiment.png not drawn: matplotlib is not installed (pip install 'sapo-swarm[experiment]', "
-                         "or pip install matplotlib, then sapo-experiment --from-csv experiment.csv draws it); "
-                         "experiment.csv and summary.txt are written")
+PLOT_NEEDS_MATPLOTLIB = (
+    "experiment.png not drawn: matplotlib is not installed (pip install 'sapo-swarm[experiment]', "
+    "or pip install matplotlib, then sapo-experiment --from-csv experiment.csv draws it); "
+    "experiment.csv and summary.txt are written"
+)
 
 
 def _plot(rows: list[dict], path: Path, title: str, configs: list[str]) -> bool:
@@ -368,8 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=4, help="nodes per configuration, N")
     p.add_argument("--seeds", type=int, default=3, help="repetitions with other seeds")
     p.add_argument("--rounds", type=int, default=100, help="rounds per node")
-    p.add_argument("--configs", default="2/0,1/1", help="I/J configurations, the same I + J each; the first is "
-                                                         "the baseline the others are compared with")
+    p.add_argument(
+        "--configs",
+        default="2/0,1/1",
+        help="I/J configurations, the same I + J each; the first is the baseline the others are compared with",
+    )
     p.add_argument("--model", default="smollm2-135m-instruct", help="catalogue id (tiny-random for a dry run)")
     p.add_argument("--tasks", default="", help="comma-separated datasets (default: the node's easy mix)")
     p.add_argument("--group-size", type=int, default=4, help="completions per question, G")
@@ -379,13 +440,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-questions", type=int, default=16, help="held-out questions per dataset")
     p.add_argument("--eval-samples", type=int, default=2, help="completions per held-out question")
     p.add_argument("--window-seconds", type=float, default=60.0, help="swarm.window_seconds")
-    p.add_argument("--jobs", type=int, default=1, help="(seed, configuration) runs at once, each in its own process "
-                   "(on 2 cores: --jobs 2 --threads 1, one run per core)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="(seed, configuration) runs at once, each in its own process "
+        "(on 2 cores: --jobs 2 --threads 1, one run per core)",
+    )
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--out", default="", help="output directory (default: experiment-<time> here)")
-    p.add_argument("--from-csv", nargs="+", default=[], metavar="CSV",
-                   help="run nothing: the summary, plot and CSV of the rows in these experiment.csv files together "
-                        "(seeds run at different times or on other machines, with the same settings)")
+    p.add_argument(
+        "--from-csv",
+        nargs="+",
+        default=[],
+        metavar="CSV",
+        help="run nothing: the summary, plot and CSV of the rows in these experiment.csv files together "
+        "(seeds run at different times or on other machines, with the same settings)",
+    )
     logs.add_level_argument(p)
     return p
 
@@ -437,17 +508,22 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         return 0
     if len({i + j for i, j in configs}) != 1:
-        print("sapo-experiment: warning: the configurations do not all train on the same number of groups "
-              "per update (I + J), so they are not the paper's comparison", file=sys.stderr)
+        print(
+            "sapo-experiment: warning: the configurations do not all train on the same number of groups "
+            "per update (I + J), so they are not the paper's comparison",
+            file=sys.stderr,
+        )
     if args.nodes < 1 or args.rounds < 1 or args.seeds < 1:
         raise SystemExit("--nodes, --rounds and --seeds must be at least 1")
     args.stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or f"experiment-{args.stamp}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     labels = [f"{i}/{j}" for i, j in configs]
-    title = (f"SAPO: {args.nodes} nodes x {args.rounds} rounds x {args.seeds} seeds, {args.model}, "
-             f"G={args.group_size}, <={args.max_new_tokens} tokens, held-out {args.eval_questions} q/dataset "
-             f"x {args.eval_samples}")
+    title = (
+        f"SAPO: {args.nodes} nodes x {args.rounds} rounds x {args.seeds} seeds, {args.model}, "
+        f"G={args.group_size}, <={args.max_new_tokens} tokens, held-out {args.eval_questions} q/dataset "
+        f"x {args.eval_samples}"
+    )
     print(title, f"-> {out}", flush=True)
     rows: list[dict] = []
     started = time.time()

@@ -27,9 +27,10 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sapo_core import paths
 from sapo_core.checkpoint import CheckpointError, Checkpoints
@@ -124,8 +125,9 @@ def load_trained(run_dir: Path, round: int | None = None, download: Any = None) 
             entry = catalogue.get(model_id)
             gguf, tok_gguf = resolve_model_file(entry, progress=download), None
             template, license, title = gguf, entry.license, entry.title
-        policy = load_policy(cfg.model, gguf, paths.cache_dir() / "hf", seed=cfg.seed, tokenizer_gguf=tok_gguf,
-                             model_id=model_id)
+        policy = load_policy(
+            cfg.model, gguf, paths.cache_dir() / "hf", seed=cfg.seed, tokenizer_gguf=tok_gguf, model_id=model_id
+        )
         policy.load_trainable_state_dict(load_file(str(where / "trainable.safetensors")))
     except (CatalogError, ModelUnavailable, ModelLoadError, OSError) as e:
         raise ExportFailed(f"cannot rebuild the model of {run_dir}: {e}") from e
@@ -169,19 +171,24 @@ def write_gguf(trained: Trained, out: Path, quant: str, threads: int, progress: 
     return target
 
 
-_CHATML = ('{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}'
-           '{{ if .Prompt }}<|im_start|>user\n{{ .Prompt }}<|im_end|>\n{{ end }}'
-           '<|im_start|>assistant\n{{ .Response }}<|im_end|>\n')
-_LLAMA3 = ('{{ if .System }}<|start_header_id|>system<|end_header_id|>\n\n{{ .System }}<|eot_id|>{{ end }}'
-           '{{ if .Prompt }}<|start_header_id|>user<|end_header_id|>\n\n{{ .Prompt }}<|eot_id|>{{ end }}'
-           '<|start_header_id|>assistant<|end_header_id|>\n\n{{ .Response }}<|eot_id|>')
+_CHATML = (
+    "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"
+    "{{ if .Prompt }}<|im_start|>user\n{{ .Prompt }}<|im_end|>\n{{ end }}"
+    "<|im_start|>assistant\n{{ .Response }}<|im_end|>\n"
+)
+_LLAMA3 = (
+    "{{ if .System }}<|start_header_id|>system<|end_header_id|>\n\n{{ .System }}<|eot_id|>{{ end }}"
+    "{{ if .Prompt }}<|start_header_id|>user<|end_header_id|>\n\n{{ .Prompt }}<|eot_id|>{{ end }}"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n{{ .Response }}<|eot_id|>"
+)
 
 
 def _default_system_prompt(tokenizer: Any) -> str:
     """The system prompt the chat template inserts when none is given (SmolLM2 has one)."""
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+        )
     except Exception:  # a tokenizer without a template: nothing to copy
         return ""
     m = re.match(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", text, re.S)
@@ -205,9 +212,12 @@ def modelfile(trained: Trained, gguf_name: str) -> str:
     stops = sorted({tok.convert_ids_to_tokens(i) for i in trained.policy.eos_ids if i is not None} - {None})
     for s in stops:
         lines.append(f'PARAMETER stop "{s}"')
-    lines += [f"PARAMETER temperature {cfg.sampler.temperature:g}",
-              f"PARAMETER top_p {getattr(cfg.sampler, 'top_p', 1.0):g}",
-              f"PARAMETER num_predict {cfg.sampler.max_new_tokens}", ""]
+    lines += [
+        f"PARAMETER temperature {cfg.sampler.temperature:g}",
+        f"PARAMETER top_p {getattr(cfg.sampler, 'top_p', 1.0):g}",
+        f"PARAMETER num_predict {cfg.sampler.max_new_tokens}",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -252,28 +262,47 @@ def model_card(trained: Trained, fmt: str, files: list[str], run_dir: Path) -> s
     except StoreError:
         pass
     p, cfg = trained.policy, trained.cfg
-    lines = [f"# {p.model_id}, post-trained with SAPO Swarm", "",
-             f"Base model: **{trained.title}** (`{p.model_id}`), licence **{trained.license}**. "
-             "This model is a derivative of it and carries the same licence terms.", "",
-             f"Trained for **{trained.round} rounds** of SAPO (swarm GRPO sharing decoded rollouts) on "
-             f"ReasoningGYM tasks ({', '.join(sorted(cfg.tasks.weights)) or 'default mix'})."]
+    lines = [
+        f"# {p.model_id}, post-trained with SAPO Swarm",
+        "",
+        f"Base model: **{trained.title}** (`{p.model_id}`), licence **{trained.license}**. "
+        "This model is a derivative of it and carries the same licence terms.",
+        "",
+        f"Trained for **{trained.round} rounds** of SAPO (swarm GRPO sharing decoded rollouts) on "
+        f"ReasoningGYM tasks ({', '.join(sorted(cfg.tasks.weights)) or 'default mix'}).",
+    ]
     if p.lora:
-        lines.append(f"Fine-tuned with LoRA (rank {p.lora_rank}, alpha {p.lora_alpha:g}, "
-                     f"targets {', '.join(cfg.model.lora_targets)}).")
+        lines.append(
+            f"Fine-tuned with LoRA (rank {p.lora_rank}, alpha {p.lora_alpha:g}, "
+            f"targets {', '.join(cfg.model.lora_targets)})."
+        )
     lines += ["", "## Training", ""]
     if totals:
-        lines += [f"- rounds recorded: {totals['rounds']:.0f}",
-                  f"- groups trained: {totals['groups_own']:.0f} own, {totals['groups_peers']:.0f} from peers",
-                  f"- completions sampled: {totals['completions']:.0f}",
-                  f"- peers seen (most in one round): {totals['peers_max']:.0f}",
-                  f"- CPU time given: {totals['cpu_hours']:.2f} h"]
+        lines += [
+            f"- rounds recorded: {totals['rounds']:.0f}",
+            f"- groups trained: {totals['groups_own']:.0f} own, {totals['groups_peers']:.0f} from peers",
+            f"- completions sampled: {totals['completions']:.0f}",
+            f"- peers seen (most in one round): {totals['peers_max']:.0f}",
+            f"- CPU time given: {totals['cpu_hours']:.2f} h",
+        ]
     else:
         lines.append("- the run store was not readable: no training figures")
     lines += ["", "## Held-out evaluation", ""]
     lines.append(held.sentence() if held else "No held-out evaluation was recorded in this run.")
     lines += ["", "## Files", ""] + [f"- `{f}`" for f in files]
-    lines += ["", "## Use", "", _usage(fmt, files, p.model_id), "", "## Configuration of the run", "",
-              "```toml", dump_config(cfg).strip(), "```", ""]
+    lines += [
+        "",
+        "## Use",
+        "",
+        _usage(fmt, files, p.model_id),
+        "",
+        "## Configuration of the run",
+        "",
+        "```toml",
+        dump_config(cfg).strip(),
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -284,7 +313,7 @@ def _usage(fmt: str, files: list[str], model_id: str) -> str:
         "ollama": "`ollama create sapo-model -f Modelfile` then `ollama run sapo-model`.",
         "hf": "`AutoModelForCausalLM.from_pretrained(folder)` and `AutoTokenizer.from_pretrained(folder)`.",
         "peft": f"`PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(<{model_id}>), folder)`; "
-                "the base must be the same weights the node trained.",
+        "the base must be the same weights the node trained.",
     }[fmt]
 
 
@@ -323,5 +352,15 @@ def export(req: ExportRequest, progress: Progress | None = None, download: Any =
     return sorted(out.iterdir())
 
 
-__all__ = ["ExportRequest", "ExportFailed", "FORMATS", "QUANTS", "export", "load_trained", "merged_model",
-           "modelfile", "model_card", "CheckpointError"]
+__all__ = [
+    "ExportRequest",
+    "ExportFailed",
+    "FORMATS",
+    "QUANTS",
+    "export",
+    "load_trained",
+    "merged_model",
+    "modelfile",
+    "model_card",
+    "CheckpointError",
+]

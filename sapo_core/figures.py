@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from sapo_core.rollouts import Group
 from sapo_core.roundshape import RoundShape
@@ -32,9 +32,16 @@ class PhaseTimer:
             self.seconds[phase] += time.perf_counter() - t0
 
 
-def round_figures(local: Sequence[Group], external: Sequence[Group], trained_groups: int,
-                  samples: Sequence[Sequence[SampledSequence]], seconds: dict[str, float], shape: RoundShape,
-                  levels: dict[str, int], sampler_name: str) -> dict[str, float]:
+def round_figures(
+    local: Sequence[Group],
+    external: Sequence[Group],
+    trained_groups: int,
+    samples: Sequence[Sequence[SampledSequence]],
+    seconds: dict[str, float],
+    shape: RoundShape,
+    levels: dict[str, int],
+    sampler_name: str,
+) -> dict[str, float]:
     """`levels`: each dataset's curriculum level; `seconds`: the phases' times so far."""
     per_task: dict[str, list[float]] = defaultdict(list)
     for g in local:

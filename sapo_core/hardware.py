@@ -22,16 +22,22 @@ and what-if questions ("what would an 8 GB laptop run?").
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Generic, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 GB = 1e9
 DEVICES = ("cpu", "cuda", "mps")
 OVERRIDE_KEYS = (
-    "SAPO_CPU_CORES", "SAPO_CPU_THREADS", "SAPO_RAM_GB", "SAPO_RAM_AVAILABLE_GB",
-    "SAPO_DISK_GB", "SAPO_GPU_MEMORY_GB", "SAPO_DEVICE",
+    "SAPO_CPU_CORES",
+    "SAPO_CPU_THREADS",
+    "SAPO_RAM_GB",
+    "SAPO_RAM_AVAILABLE_GB",
+    "SAPO_DISK_GB",
+    "SAPO_GPU_MEMORY_GB",
+    "SAPO_DEVICE",
 )
 
 
@@ -73,9 +79,17 @@ class HardwareProfile:
         return asdict(self)
 
     @classmethod
-    def manual(cls, cpu_cores: int = 4, ram_gb: float = 16.0, ram_available_gb: float | None = None,
-               disk_gb: float = 100.0, gpu_memory_gb: float = 0.0, mps: bool = False,
-               device: str | None = None, cpu_threads: int | None = None) -> "HardwareProfile":
+    def manual(
+        cls,
+        cpu_cores: int = 4,
+        ram_gb: float = 16.0,
+        ram_available_gb: float | None = None,
+        disk_gb: float = 100.0,
+        gpu_memory_gb: float = 0.0,
+        mps: bool = False,
+        device: str | None = None,
+        cpu_threads: int | None = None,
+    ) -> HardwareProfile:
         """A profile described by hand (tests, what-if); every reason says 'given'."""
         gpus = (GpuInfo(0, "given GPU", float(gpu_memory_gb)),) if gpu_memory_gb > 0 else ()
         if device is None:
@@ -102,8 +116,9 @@ def _number(key: str, raw: str, integer: bool = False) -> float:
         value = int(raw) if integer else float(raw)
     except ValueError:
         example = "4" if integer else "8"
-        raise HardwareOverrideError(f"{key}={raw!r} is not a {'whole ' if integer else ''}number; "
-                                    f"e.g. {key}={example}") from None
+        raise HardwareOverrideError(
+            f"{key}={raw!r} is not a {'whole ' if integer else ''}number; e.g. {key}={example}"
+        ) from None
     if value <= 0:
         raise HardwareOverrideError(f"{key}={raw!r} must be above 0")
     return value
@@ -145,8 +160,10 @@ def _detect_cpu() -> tuple[Detected[int], Detected[int]]:
     if not physical:
         return Detected(logical.value, "psutil could not count physical cores; using logical CPUs"), logical
     if physical > logical.value:
-        return Detected(logical.value, f"psutil.cpu_count(logical=False)={physical}, "
-                                       f"capped at the {logical.value} CPUs this process may use"), logical
+        return Detected(
+            logical.value,
+            f"psutil.cpu_count(logical=False)={physical}, capped at the {logical.value} CPUs this process may use",
+        ), logical
     return Detected(physical, "psutil.cpu_count(logical=False)"), logical
 
 
@@ -159,8 +176,9 @@ def _detect_ram() -> tuple[Detected[float], Detected[float]]:
     limit = _cgroup_memory_limit()
     if limit is not None and limit < vm.total:
         total = Detected(limit / GB, "container memory limit (cgroup)")
-        available = Detected(min(vm.available, limit) / GB, "psutil.virtual_memory().available, capped at the "
-                                                           "container memory limit")
+        available = Detected(
+            min(vm.available, limit) / GB, "psutil.virtual_memory().available, capped at the container memory limit"
+        )
     return total, available
 
 
@@ -180,8 +198,10 @@ def _detect_accelerators() -> tuple[Detected[tuple[GpuInfo, ...]], Detected[bool
         why = "torch is not installed, so CUDA and MPS were not probed"
         return Detected((), why), Detected(False, why)
     if torch.cuda.is_available():
-        gpus = tuple(GpuInfo(i, torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory / GB)
-                     for i in range(torch.cuda.device_count()))
+        gpus = tuple(
+            GpuInfo(i, torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory / GB)
+            for i in range(torch.cuda.device_count())
+        )
         cuda = Detected(gpus, f"torch.cuda: {len(gpus)} device(s), torch {torch.__version__}")
     else:
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
@@ -192,8 +212,12 @@ def _detect_accelerators() -> tuple[Detected[tuple[GpuInfo, ...]], Detected[bool
     return cuda, mps
 
 
-def detect_hardware(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] = os.environ,
-                    data_dir: str | os.PathLike | None = None, probe_torch: bool = True) -> HardwareProfile:
+def detect_hardware(
+    overrides: Mapping[str, str] | None = None,
+    env: Mapping[str, str] = os.environ,
+    data_dir: str | os.PathLike | None = None,
+    probe_torch: bool = True,
+) -> HardwareProfile:
     """Detect this machine, then apply overrides (explicit mapping first, then environment)."""
     if data_dir is None:
         from sapo_core import paths
@@ -230,8 +254,9 @@ def detect_hardware(overrides: Mapping[str, str] | None = None, env: Mapping[str
         raw, where = ov["SAPO_GPU_MEMORY_GB"]
         mem = _number("SAPO_GPU_MEMORY_GB", raw)
         first = gpus.value[0] if gpus.value else GpuInfo(0, "pretend GPU", mem)
-        gpus = Detected((GpuInfo(first.index, first.name, mem),) + tuple(gpus.value[1:]),
-                        f"{where} SAPO_GPU_MEMORY_GB={raw}")
+        gpus = Detected(
+            (GpuInfo(first.index, first.name, mem),) + tuple(gpus.value[1:]), f"{where} SAPO_GPU_MEMORY_GB={raw}"
+        )
 
     if "SAPO_DEVICE" in ov:
         raw, where = ov["SAPO_DEVICE"]
@@ -245,10 +270,25 @@ def detect_hardware(overrides: Mapping[str, str] | None = None, env: Mapping[str
     else:
         device = Detected("cpu", "no CUDA GPU and no Apple MPS")
 
-    return HardwareProfile(cpu_physical=physical, cpu_logical=logical, ram_total_gb=total,
-                           ram_available_gb=available, disk_free_gb=disk, gpus=gpus, mps=mps,
-                           device=device, data_dir=str(data_path))
+    return HardwareProfile(
+        cpu_physical=physical,
+        cpu_logical=logical,
+        ram_total_gb=total,
+        ram_available_gb=available,
+        disk_free_gb=disk,
+        gpus=gpus,
+        mps=mps,
+        device=device,
+        data_dir=str(data_path),
+    )
 
 
-__all__ = ["Detected", "GpuInfo", "HardwareProfile", "HardwareOverrideError", "detect_hardware",
-           "OVERRIDE_KEYS", "DEVICES"]
+__all__ = [
+    "Detected",
+    "GpuInfo",
+    "HardwareProfile",
+    "HardwareOverrideError",
+    "detect_hardware",
+    "OVERRIDE_KEYS",
+    "DEVICES",
+]

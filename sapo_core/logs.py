@@ -25,7 +25,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 ENV = "SAPO_LOG_LEVEL"
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -70,9 +71,13 @@ def level_from_env() -> tuple[int, str]:
 
 def add_level_argument(parser: Any) -> None:
     """`--log-level` for an argparse parser; `apply_level_argument(args)` sets the switch from it."""
-    parser.add_argument("--log-level", choices=list(LEVELS), default=None,
-                        help=f"how much the tool reports: debug, info (default), warning or error; the same as "
-                             f"{ENV}, which a node it starts inherits")
+    parser.add_argument(
+        "--log-level",
+        choices=list(LEVELS),
+        default=None,
+        help=f"how much the tool reports: debug, info (default), warning or error; the same as "
+        f"{ENV}, which a node it starts inherits",
+    )
 
 
 def apply_level_argument(args: Any) -> None:
@@ -192,8 +197,9 @@ def installed() -> bool:
     return _handler is not None
 
 
-def to_stderr(prefix: str | Callable[[], str] = "", level: int | None = None,
-              stream: TextIO | None = None) -> logging.Handler:
+def to_stderr(
+    prefix: str | Callable[[], str] = "", level: int | None = None, stream: TextIO | None = None
+) -> logging.Handler:
     """A command-line tool's handler: records become lines on stderr (or `stream`)."""
     return install(LineHandler(prefix, stream), level)
 
@@ -236,6 +242,22 @@ def _adopt_transformers() -> None:
     hf_logging.enable_propagation()
 
 
-__all__ = ["ENV", "LEVELS", "EventHandler", "LevelFilter", "LineHandler", "add_level_argument",
-           "adopt_library_loggers", "apply_level_argument", "install", "installed", "level_from_env", "level_name",
-           "message_of", "parse_level", "to_events", "to_stderr", "uninstall"]
+__all__ = [
+    "ENV",
+    "LEVELS",
+    "EventHandler",
+    "LevelFilter",
+    "LineHandler",
+    "add_level_argument",
+    "adopt_library_loggers",
+    "apply_level_argument",
+    "install",
+    "installed",
+    "level_from_env",
+    "level_name",
+    "message_of",
+    "parse_level",
+    "to_events",
+    "to_stderr",
+    "uninstall",
+]

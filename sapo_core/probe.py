@@ -52,15 +52,20 @@ class Probe:
     measured_at: float  # time.time()
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Probe":
+    def from_dict(cls, d: dict) -> Probe:
         """ValueError for anything but a whole probe with finite, non-negative figures."""
         kwargs = {}
         for f in fields(cls):
             v = d.get(f.name)
             if f.type == "str" and isinstance(v, str):
                 kwargs[f.name] = v
-            elif f.type != "str" and isinstance(v, (int, float)) and not isinstance(v, bool) \
-                    and math.isfinite(v) and v >= 0:
+            elif (
+                f.type != "str"
+                and isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and v >= 0
+            ):
                 kwargs[f.name] = int(v) if f.type == "int" else float(v)
             else:
                 raise ValueError(f"probe field {f.name!r} is {v!r}")
@@ -93,8 +98,10 @@ def machine_key(threads: int) -> str:
     import psutil
 
     ram = round(psutil.virtual_memory().total / 2**30)
-    return (f"{_cpu_name()}|{psutil.cpu_count(logical=False)}c|{ram}GiB|{threads}t|"
-            f"torch {_version('torch')}|llama-cpp-python {_version('llama_cpp_python')}")
+    return (
+        f"{_cpu_name()}|{psutil.cpu_count(logical=False)}c|{ram}GiB|{threads}t|"
+        f"torch {_version('torch')}|llama-cpp-python {_version('llama_cpp_python')}"
+    )
 
 
 def _path(cache_dir: Path) -> Path:
@@ -133,8 +140,9 @@ def save_probe(cache_dir: Path, probe: Probe) -> None:
     atomic_write_bytes(path, json.dumps(data, indent=2).encode())
 
 
-def probe_from_metrics(m: dict[str, float], machine: str, model_id: str, params: int, threads: int,
-                       questions: int) -> Probe:
+def probe_from_metrics(
+    m: dict[str, float], machine: str, model_id: str, params: int, threads: int, questions: int
+) -> Probe:
     """A probe from one round's metrics (the node's store keys)."""
     sample, update, rnd = m.get("time/sample", 0.0), m.get("time/update", 0.0), m.get("time/round", 0.0)
     comp_tokens = m.get("completions/mean_tokens", 0.0)
@@ -142,11 +150,19 @@ def probe_from_metrics(m: dict[str, float], machine: str, model_id: str, params:
     steps = max(1.0, m.get("train/steps", 1.0))
     per_step = m.get("train/tokens", 0.0) / steps
     prompt = max(0.0, (per_step - m.get("train/completion_tokens", 0.0)) / max(1, questions))
-    return Probe(machine=machine, model_id=model_id, params=params, threads=threads,
-                 sample_tok_s=m.get("sampler/tok_per_s", 0.0), train_tok_s=m.get("train/tok_per_s", 0.0),
-                 completion_tokens=comp_tokens, prompt_tokens=prompt,
-                 overhead_seconds=max(0.0, rnd - sample - update), round_seconds=rnd, measured_at=time.time())
+    return Probe(
+        machine=machine,
+        model_id=model_id,
+        params=params,
+        threads=threads,
+        sample_tok_s=m.get("sampler/tok_per_s", 0.0),
+        train_tok_s=m.get("train/tok_per_s", 0.0),
+        completion_tokens=comp_tokens,
+        prompt_tokens=prompt,
+        overhead_seconds=max(0.0, rnd - sample - update),
+        round_seconds=rnd,
+        measured_at=time.time(),
+    )
 
 
-__all__ = ["Probe", "PROBE_FILE", "PROBE_SHAPE", "machine_key", "load_probe", "save_probe",
-           "probe_from_metrics"]
+__all__ = ["Probe", "PROBE_FILE", "PROBE_SHAPE", "machine_key", "load_probe", "save_probe", "probe_from_metrics"]

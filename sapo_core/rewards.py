@@ -27,7 +27,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 RewardFn = Callable[..., list]  # (prompts, completions, **meta) -> list[float | None]
 
@@ -118,7 +119,7 @@ def _last_tag_contents(text: str) -> str | None:
             c += 1
         if c == len(closes):
             break
-        found, pos = text[o.end(): closes[c].start()], closes[c].end()
+        found, pos = text[o.end() : closes[c].start()], closes[c].end()
         c += 1
     return found
 
@@ -135,7 +136,7 @@ def _boxed_contents(text: str) -> str | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[starts[-1]: i]
+                return text[starts[-1] : i]
         i += 1
     return None  # unclosed
 
@@ -185,7 +186,7 @@ def clean_answer(answer: str) -> str:
         s = s.rstrip(".!;,。")
         for w in _WRAPPERS:
             if len(s) >= 2 * len(w) and s.startswith(w) and s.endswith(w):
-                s = s[len(w): -len(w)]
+                s = s[len(w) : -len(w)]
         if s.startswith("="):
             s = s[1:]
         m = _TEXT_CMD.match(s)
@@ -262,8 +263,12 @@ ANSWER_SHAPES: dict[str, Any] = {  # each has findall(text) -> list[str]
     "weekday": re.compile(_WEEKDAY, re.IGNORECASE),
     "yes_no": re.compile(r"\b(?:Yes|No)\b", re.IGNORECASE),
 }
-_CALENDAR_SHAPES = {"is_leap_year": "yes_no", "count_days": "number", "count_business_days": "number",
-                    "recurring_event_day": "number"}  # the other calendar tasks ask for a weekday
+_CALENDAR_SHAPES = {
+    "is_leap_year": "yes_no",
+    "count_days": "number",
+    "count_business_days": "number",
+    "recurring_event_day": "number",
+}  # the other calendar tasks ask for a weekday
 
 
 def answer_shape(dataset: str, entry: Mapping[str, Any] | None = None) -> Any:
@@ -394,6 +399,20 @@ def format_reward(prompts: Sequence[Any], completions: Sequence[str], **_: Any) 
     return [1.0 if has_answer_line(c) else 0.0 for c in completions]
 
 
-__all__ = ["REWARDS", "RewardFn", "register", "extract_answer", "explicit_answer", "answer_shape", "clean_answer", "has_answer_line",
-           "score_answer", "accuracy_reward", "correct_reward", "format_reward", "is_solved", "MAX_ANSWER_CHARS",
-           "SOLVED"]
+__all__ = [
+    "REWARDS",
+    "RewardFn",
+    "register",
+    "extract_answer",
+    "explicit_answer",
+    "answer_shape",
+    "clean_answer",
+    "has_answer_line",
+    "score_answer",
+    "accuracy_reward",
+    "correct_reward",
+    "format_reward",
+    "is_solved",
+    "MAX_ANSWER_CHARS",
+    "SOLVED",
+]

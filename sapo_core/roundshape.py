@@ -32,7 +32,7 @@ class RoundShape:
             return True
         return False
 
-    def grow(self, limit: "RoundShape") -> bool:
+    def grow(self, limit: RoundShape) -> bool:
         if self.group_size < limit.group_size:
             self.group_size = min(limit.group_size, self.group_size * 2)
             return True
@@ -42,7 +42,7 @@ class RoundShape:
             return True
         return False
 
-    def rescale(self, seconds: float, target: float, limit: "RoundShape") -> str | None:
+    def rescale(self, seconds: float, target: float, limit: RoundShape) -> str | None:
         """Shrink or grow after a round that took `seconds`; the reason when the shape changed."""
         before = dict(self.__dict__)
         if seconds > SHRINK_ABOVE * target and self.shrink():

@@ -19,9 +19,9 @@ import json
 import math
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from sapo_core.cpu import tree_cpu_seconds
 
@@ -103,8 +103,10 @@ class RunStore:
             metrics = {**metrics, "cpu/seconds": max(0.0, now - self._cpu_mark)}
             self._cpu_mark = now
         with self._db:
-            self._db.execute("INSERT OR REPLACE INTO rounds (round, started, ended, metrics) VALUES (?, ?, ?, ?)",
-                             (round, started, ended, json.dumps(_clean(metrics), sort_keys=True)))
+            self._db.execute(
+                "INSERT OR REPLACE INTO rounds (round, started, ended, metrics) VALUES (?, ?, ?, ?)",
+                (round, started, ended, json.dumps(_clean(metrics), sort_keys=True)),
+            )
 
     def has_round(self, round: int) -> bool:
         return self._db.execute("SELECT 1 FROM rounds WHERE round = ?", (round,)).fetchone() is not None
@@ -134,8 +136,9 @@ class RunStore:
                 ys.append(float(v))
         return xs, ys
 
-    def spans(self, since: float = 0.0, keys: tuple[str, ...] = (),
-              until_round: int | None = None) -> list[tuple[float, float, tuple[float, ...]]]:
+    def spans(
+        self, since: float = 0.0, keys: tuple[str, ...] = (), until_round: int | None = None
+    ) -> list[tuple[float, float, tuple[float, ...]]]:
         """(started, ended, figures) of the rounds that ended at or after `since` (and are not after
         `until_round`), in round order: `keys`' figures, 0.0 where a round lacks one (only those are
         read, by SQLite: no JSON decoding of whole rows in Python)."""
@@ -143,15 +146,16 @@ class RunStore:
         q = f"SELECT started, ended{cols} FROM rounds WHERE ended >= ? AND round <= ? ORDER BY round"
         paths = tuple(f'$."{k}"' for k in keys)
         last = until_round if until_round is not None else 2**62
-        return [(float(r[0]), float(r[1]), tuple(float(v or 0.0) for v in r[2:]))
-                for r in self._db.execute(q, (*paths, since, last))]
+        return [
+            (float(r[0]), float(r[1]), tuple(float(v or 0.0) for v in r[2:]))
+            for r in self._db.execute(q, (*paths, since, last))
+        ]
 
     def keys(self) -> list[str]:
         seen: set[str] = set()
         for (m,) in self._db.execute("SELECT metrics FROM rounds ORDER BY round DESC LIMIT 50"):
             seen.update(json.loads(m))
         return sorted(seen)
-
 
     # --- receipts ---------------------------------------------------------------------------
     def record_receipts(self, round: int, receipts: list[tuple[str, int, int]], seen: float | None = None) -> int:
@@ -170,8 +174,9 @@ class RunStore:
                 continue
         with self._db:
             before = self._db.total_changes
-            self._db.executemany("INSERT OR IGNORE INTO receipts (peer, our_round, grp, seen_round, seen) "
-                                 "VALUES (?, ?, ?, ?, ?)", rows)
+            self._db.executemany(
+                "INSERT OR IGNORE INTO receipts (peer, our_round, grp, seen_round, seen) VALUES (?, ?, ?, ?, ?)", rows
+            )
             return self._db.total_changes - before
 
     def receipts(self, since: float = 0.0) -> list[tuple[str, int, int, int, float]]:

@@ -25,8 +25,9 @@ import hashlib
 import io
 import json
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from sapo_core import paths
 
@@ -57,12 +58,33 @@ LEVELS: dict[str, tuple[dict[str, Any], ...]] = {
         {"min_base": 2, "max_base": 16, "min_value": 0, "max_value": 1000},
     ),
     "basic_arithmetic": (
-        {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"],
-         "allow_parentheses": False, "allow_negation": False},
-        {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2, "operators": ["+", "-", "*"],
-         "allow_parentheses": False, "allow_negation": False},
-        {"min_terms": 2, "max_terms": 6, "min_digits": 1, "max_digits": 4, "operators": ["+", "-", "*", "/"],
-         "allow_parentheses": True, "allow_negation": True},
+        {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 1,
+            "operators": ["+", "-"],
+            "allow_parentheses": False,
+            "allow_negation": False,
+        },
+        {
+            "min_terms": 2,
+            "max_terms": 3,
+            "min_digits": 1,
+            "max_digits": 2,
+            "operators": ["+", "-", "*"],
+            "allow_parentheses": False,
+            "allow_negation": False,
+        },
+        {
+            "min_terms": 2,
+            "max_terms": 6,
+            "min_digits": 1,
+            "max_digits": 4,
+            "operators": ["+", "-", "*", "/"],
+            "allow_parentheses": True,
+            "allow_negation": True,
+        },
     ),
     "arc_1d": (
         {"min_size": 8, "max_size": 10, "num_train": 3},
@@ -71,18 +93,41 @@ LEVELS: dict[str, tuple[dict[str, Any], ...]] = {
     ),
     "bf": ({"difficulty": 1}, {"difficulty": 2}),
     "propositional_logic": (
-        {"min_vars": 2, "max_vars": 2, "min_statements": 2, "max_statements": 2,
-         "min_complexity": 1, "max_complexity": 2},
-        {"min_vars": 2, "max_vars": 3, "min_statements": 2, "max_statements": 3,
-         "min_complexity": 1, "max_complexity": 2},
-        {"min_vars": 2, "max_vars": 4, "min_statements": 2, "max_statements": 4,
-         "min_complexity": 1, "max_complexity": 3},
+        {
+            "min_vars": 2,
+            "max_vars": 2,
+            "min_statements": 2,
+            "max_statements": 2,
+            "min_complexity": 1,
+            "max_complexity": 2,
+        },
+        {
+            "min_vars": 2,
+            "max_vars": 3,
+            "min_statements": 2,
+            "max_statements": 3,
+            "min_complexity": 1,
+            "max_complexity": 2,
+        },
+        {
+            "min_vars": 2,
+            "max_vars": 4,
+            "min_statements": 2,
+            "max_statements": 4,
+            "min_complexity": 1,
+            "max_complexity": 3,
+        },
     ),
     "fraction_simplification": (
         {"min_value": 1, "max_value": 10, "min_factor": 1, "max_factor": 10, "styles": ["plain"]},
         {"min_value": 1, "max_value": 100, "min_factor": 1, "max_factor": 20, "styles": ["plain", "latex_inline"]},
-        {"min_value": 1, "max_value": 1000, "min_factor": 1, "max_factor": 100,
-         "styles": ["plain", "latex_inline", "latex_frac", "latex_dfrac"]},
+        {
+            "min_value": 1,
+            "max_value": 1000,
+            "min_factor": 1,
+            "max_factor": 100,
+            "styles": ["plain", "latex_inline", "latex_frac", "latex_dfrac"],
+        },
     ),
     "decimal_arithmetic": (
         {"min_num_decimal_places": 1, "max_num_decimal_places": 1, "min_terms": 2, "max_terms": 2, "precision": 6},
@@ -91,10 +136,22 @@ LEVELS: dict[str, tuple[dict[str, Any], ...]] = {
     ),
     "calendar_arithmetic": (
         {"tasks": ["weekday_of_date", "is_leap_year", "weekday_offset"], "offset_upper_bound": 30},
-        {"tasks": ["weekday_of_date", "is_leap_year", "weekday_offset", "count_days", "count_business_days"],
-         "offset_upper_bound": 100},
-        {"tasks": ["weekday_offset", "weekday_of_date", "weekday_of_date_from_first_date", "recurring_event_day",
-                   "count_days", "count_business_days", "is_leap_year"], "offset_upper_bound": 100},
+        {
+            "tasks": ["weekday_of_date", "is_leap_year", "weekday_offset", "count_days", "count_business_days"],
+            "offset_upper_bound": 100,
+        },
+        {
+            "tasks": [
+                "weekday_offset",
+                "weekday_of_date",
+                "weekday_of_date_from_first_date",
+                "recurring_event_day",
+                "count_days",
+                "count_business_days",
+                "is_leap_year",
+            ],
+            "offset_upper_bound": 100,
+        },
     ),
     "binary_matrix": (
         {"min_n": 2, "max_n": 3, "p_zero": 0.5},
@@ -253,8 +310,7 @@ _HELD_OUT_REDRAWS = 1000  # far beyond need: the smallest level has ~200 texts, 
 class TaskSet:
     """The datasets a node trains on, their current levels, prompts and rewards."""
 
-    def __init__(self, cfg: TaskConfig, seed: int,
-                 held_out: Callable[[str, int, str], bool] | None = None) -> None:
+    def __init__(self, cfg: TaskConfig, seed: int, held_out: Callable[[str, int, str], bool] | None = None) -> None:
         """`held_out(dataset, level, text)`: True for a question training must skip (the held-out
         evaluation's, `evaluation.HeldOut`)."""
         if not _is_int(seed) or not 0 <= seed < MAX_SEED:
@@ -334,7 +390,9 @@ class TaskSet:
             return None
         question = group.question
         _, level = level_of(question)
-        return self.curriculum.observe(question.id.dataset, level, self.solved(question, [c.text for c in group.completions]))
+        return self.curriculum.observe(
+            question.id.dataset, level, self.solved(question, [c.text for c in group.completions])
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON data for the checkpoint."""

@@ -76,8 +76,7 @@ def choose_threads(cores: int, others: float, limit: int, cap: int | None = None
     if cap is not None and cap < min(limit, by_load):
         why = f"{SHARING_MESSAGE.format(n=n, s=s)} (stepped down after a collapse in tokens/s)"
     elif by_load < limit:
-        why = (f"{SHARING_MESSAGE.format(n=n, s=s)} (they use {others:.1f} of {cores} "
-               f"core{'s' * (cores != 1)})")
+        why = f"{SHARING_MESSAGE.format(n=n, s=s)} (they use {others:.1f} of {cores} core{'s' * (cores != 1)})"
     else:
         why = f"{n} thread{s}: the CPU is free up to your limit of {limit}"
     return ThreadChoice(n, why)
@@ -88,5 +87,13 @@ def collapsed(tok_s: float, quiet_tok_s: float, ratio: float = COLLAPSE_RATIO) -
     return tok_s > 0 and quiet_tok_s > 0 and tok_s < ratio * quiet_tok_s
 
 
-__all__ = ["ThreadChoice", "cpu_limit", "others_busy_cores", "choose_threads", "collapsed",
-           "COLLAPSE_RATIO", "FREE_SLACK", "SHARING_MESSAGE"]
+__all__ = [
+    "ThreadChoice",
+    "cpu_limit",
+    "others_busy_cores",
+    "choose_threads",
+    "collapsed",
+    "COLLAPSE_RATIO",
+    "FREE_SLACK",
+    "SHARING_MESSAGE",
+]

@@ -74,12 +74,18 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
             owner.extend([b] * len(s.completion_ids))
             lp = s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * len(s.completion_ids)
             slp.extend(lp)
-        out.append(_MicroBatch(
-            input_ids=ids, attention=att, pred_rows=torch.tensor(rows, dtype=torch.long),
-            targets=torch.tensor(targets, dtype=torch.long), seq_of_token=torch.tensor(owner, dtype=torch.long),
-            advantages=torch.tensor([s.advantage for s in part], dtype=torch.float32),
-            sample_logprobs=torch.tensor(slp, dtype=torch.float32), n_tokens=int(att.sum()),
-        ))
+        out.append(
+            _MicroBatch(
+                input_ids=ids,
+                attention=att,
+                pred_rows=torch.tensor(rows, dtype=torch.long),
+                targets=torch.tensor(targets, dtype=torch.long),
+                seq_of_token=torch.tensor(owner, dtype=torch.long),
+                advantages=torch.tensor([s.advantage for s in part], dtype=torch.float32),
+                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
+                n_tokens=int(att.sum()),
+            )
+        )
     return out
 
 
@@ -139,14 +145,19 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
             slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
         mask = torch.zeros((1, 1, length, length), dtype=dtype)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        out.append(_MicroBatch(
-            input_ids=torch.tensor([ids], dtype=torch.long), attention=mask,
-            pred_rows=torch.tensor(pred, dtype=torch.long), targets=torch.tensor(targets, dtype=torch.long),
-            seq_of_token=torch.tensor(owner, dtype=torch.long),
-            advantages=torch.tensor([seqs[span[4]].advantage for span in spans], dtype=torch.float32),
-            sample_logprobs=torch.tensor(slp, dtype=torch.float32), n_tokens=length,
-            position_ids=torch.tensor([pos], dtype=torch.long),
-        ))
+        out.append(
+            _MicroBatch(
+                input_ids=torch.tensor([ids], dtype=torch.long),
+                attention=mask,
+                pred_rows=torch.tensor(pred, dtype=torch.long),
+                targets=torch.tensor(targets, dtype=torch.long),
+                seq_of_token=torch.tensor(owner, dtype=torch.long),
+                advantages=torch.tensor([seqs[span[4]].advantage for span in spans], dtype=torch.float32),
+                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
+                n_tokens=length,
+                position_ids=torch.tensor([pos], dtype=torch.long),
+            )
+        )
     return out
 
 
@@ -155,8 +166,9 @@ class Trainer:
         self.policy = policy
         self.cfg = cfg
         self.temperature = temperature  # the sampler's: ratios compare like with like
-        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.learning_rate,
-                                           weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+        )
         if cfg.gradient_checkpointing:
             # non-reentrant: works with frozen inputs (LoRA) and with our own checkpointed head
             model, kwargs = policy.model, {"use_reentrant": False}
@@ -172,8 +184,9 @@ class Trainer:
 
     # --- log-probs ----------------------------------------------------------------------
     def _token_logprobs(self, mb: _MicroBatch, body: torch.nn.Module, head: torch.Tensor) -> torch.Tensor:
-        hidden = body(input_ids=mb.input_ids, attention_mask=mb.attention,
-                      position_ids=mb.position_ids).last_hidden_state  # (B, L, H)
+        hidden = body(
+            input_ids=mb.input_ids, attention_mask=mb.attention, position_ids=mb.position_ids
+        ).last_hidden_state  # (B, L, H)
         flat = hidden.reshape(-1, hidden.shape[-1])  # (B*L, H)
         return grpo.token_logprobs(flat[mb.pred_rows], head, mb.targets, self.cfg.logit_chunk, self.temperature)
 
@@ -222,8 +235,9 @@ class Trainer:
                 adv = mb.advantages[mb.seq_of_token]  # (N,) each token carries its sequence's advantage
                 mask = torch.ones_like(logp)
                 # token-flat form of grpo.clipped_surrogate: N rows of length 1
-                loss_tok, st = grpo.clipped_surrogate(logp[:, None], old[i][:, None], adv, mask[:, None],
-                                                      self.cfg.epsilon_low, self.cfg.epsilon_high)
+                loss_tok, st = grpo.clipped_surrogate(
+                    logp[:, None], old[i][:, None], adv, mask[:, None], self.cfg.epsilon_low, self.cfg.epsilon_high
+                )
                 loss = loss_tok.sum()
                 if self.cfg.kl_beta > 0:
                     kl = grpo.kl_k3(logp, ref[i], mask).sum()
@@ -245,11 +259,16 @@ class Trainer:
         model.eval()
         seconds = time.perf_counter() - t0
         out = {
-            "loss/policy": sums["loss"], "train/clip_low_frac": sums["clip_low"],
-            "train/clip_high_frac": sums["clip_high"], "train/ratio_mean": sums["ratio"],
-            "train/grad_norm": sums["grad_norm"], "train/steps": float(steps),
-            "train/sequences": float(len(seqs)), "train/completion_tokens": float(total_completion),
-            "train/tokens": float(tokens), "train/tok_per_s": tokens / seconds if seconds > 0 else 0.0,
+            "loss/policy": sums["loss"],
+            "train/clip_low_frac": sums["clip_low"],
+            "train/clip_high_frac": sums["clip_high"],
+            "train/ratio_mean": sums["ratio"],
+            "train/grad_norm": sums["grad_norm"],
+            "train/steps": float(steps),
+            "train/sequences": float(len(seqs)),
+            "train/completion_tokens": float(total_completion),
+            "train/tokens": float(tokens),
+            "train/tok_per_s": tokens / seconds if seconds > 0 else 0.0,
         }
         if self.cfg.kl_beta > 0:
             out["loss/kl"] = sums["kl"]
@@ -265,7 +284,9 @@ class Trainer:
         The micro-batches are the update's own; each sequence's position rides in the
         `advantage` slot (unused here) to map tokens back to it."""
         out: list[list[float]] = [[] for _ in seqs]
-        tagged = [TrainSequence(s.prompt_ids, s.completion_ids, float(i)) for i, s in enumerate(seqs) if s.completion_ids]
+        tagged = [
+            TrainSequence(s.prompt_ids, s.completion_ids, float(i)) for i, s in enumerate(seqs) if s.completion_ids
+        ]
         if not tagged:
             return out
         model = self.policy.model

@@ -27,8 +27,16 @@ class FakeHub:
     after that many bytes; `trickle_seconds`: a GET sends the file in 1 MiB pieces over about
     that long."""
 
-    def __init__(self, payload: bytes, cut_first_get_at: int = 0, *, repo: str = REPO, revision: str = REVISION,
-                 filename: str = FILENAME, trickle_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        payload: bytes,
+        cut_first_get_at: int = 0,
+        *,
+        repo: str = REPO,
+        revision: str = REVISION,
+        filename: str = FILENAME,
+        trickle_seconds: float = 0.0,
+    ) -> None:
         self.payload, self.cut_first_get_at, self.trickle_seconds = payload, cut_first_get_at, trickle_seconds
         self.repo, self.revision, self.filename = repo, revision, filename
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
@@ -64,7 +72,7 @@ class FakeHub:
                 piece = 1 << 20
                 pause = hub.trickle_seconds / max(1, len(data) // piece)
                 for i in range(0, len(data), piece):
-                    self.wfile.write(data[i:i + piece])
+                    self.wfile.write(data[i : i + piece])
                     self.wfile.flush()
                     time.sleep(pause)
 
@@ -82,8 +90,9 @@ class FakeHub:
                 try:
                     if rng:
                         start = int(rng.split("=")[1].split("-")[0])
-                        self._headers(206, len(data) - start,
-                                      {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"})
+                        self._headers(
+                            206, len(data) - start, {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}
+                        )
                         self._send(data[start:])
                         return
                     self._headers(200, len(data))
@@ -100,7 +109,7 @@ class FakeHub:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         self.thread.start()
         return self
 
@@ -112,8 +121,14 @@ class FakeHub:
 def tiny_entry(payload: bytes = PAYLOAD, sha256: str | None = None):
     """A hub catalogue entry for the fake hub's file (Qwen2.5-0.5B's numbers, the fake's name and hash)."""
     base = load_catalogue().get("qwen2.5-0.5b-instruct")
-    return dataclasses.replace(base, repo=REPO, revision=REVISION, filename=FILENAME, size_bytes=len(payload),
-                               sha256=hashlib.sha256(payload).hexdigest() if sha256 is None else sha256)
+    return dataclasses.replace(
+        base,
+        repo=REPO,
+        revision=REVISION,
+        filename=FILENAME,
+        size_bytes=len(payload),
+        sha256=hashlib.sha256(payload).hexdigest() if sha256 is None else sha256,
+    )
 
 
 def closed_port_url() -> str:

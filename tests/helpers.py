@@ -30,18 +30,29 @@ def light_config(run_dir: str | Path, max_new_tokens: int = 16, **changes) -> No
     sampler), one group of two short completions per round, swarm off, so a round takes about a
     second and the tests exercise the process, not the model. `changes` are dotted config keys
     ("train.kl_beta")."""
-    base = {"model.name": "tiny-random", "sampler.backend": "transformers", "swarm.enabled": False,
-            "round.local_groups": 1, "round.external_groups": 0, "sampler.group_size": 2,
-            "sampler.max_new_tokens": max_new_tokens, "round.auto_scale": False, "run_dir": str(run_dir),
-            "eval.enabled": False}  # a random model's held-out evaluation would only slow the process tests
+    base = {
+        "model.name": "tiny-random",
+        "sampler.backend": "transformers",
+        "swarm.enabled": False,
+        "round.local_groups": 1,
+        "round.external_groups": 0,
+        "sampler.group_size": 2,
+        "sampler.max_new_tokens": max_new_tokens,
+        "round.auto_scale": False,
+        "run_dir": str(run_dir),
+        "eval.enabled": False,
+    }  # a random model's held-out evaluation would only slow the process tests
     return NodeConfig().replace(**{**base, **changes})
 
 
 def light_env(tmp_path: Path, tmp_path_factory) -> dict[str, str]:
     """A node process's environment: a fresh data directory per test, one converted-model cache
     for the whole session."""
-    return {**os.environ, "SAPO_DATA_DIR": str(tmp_path / "data"),
-            "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache")}
+    return {
+        **os.environ,
+        "SAPO_DATA_DIR": str(tmp_path / "data"),
+        "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache"),
+    }
 
 
 # --- the swarm tests: hooks that keep the log, groups with signal, raw records ---------------------
@@ -87,7 +98,7 @@ def honest_groups(seed: int, round: int, n: int = 3) -> list[Group]:
     out = []
     for k, q in enumerate(tasks.sample_questions(round, n)):
         right = [f"Answer: {q.answer}", f"The answer is {q.answer}", f"answer = {q.answer}"]
-        texts = right[:1 + k % 3] + ["Answer: -98765", "The answer is -98765", "answer = -98765"]
+        texts = right[: 1 + k % 3] + ["Answer: -98765", "The answer is -98765", "answer = -98765"]
         group = Group(q, [Completion(t, token_ids=[1, 2], reward=9.0) for t in texts], round=round)
         out.append(group)
     return out
@@ -102,9 +113,15 @@ def attacker_store(attacker, targets, key: str, value: bytes, subkey: bytes, exp
     async def send():
         out = []
         for t in targets:
-            out.append(await attacker.dht._node.protocol.call_store(
-                PeerID.from_base58(t.node_id), keys=[DHTID.generate(source=key)], values=[value],
-                expiration_time=[expiration], subkeys=[subkey]))
+            out.append(
+                await attacker.dht._node.protocol.call_store(
+                    PeerID.from_base58(t.node_id),
+                    keys=[DHTID.generate(source=key)],
+                    values=[value],
+                    expiration_time=[expiration],
+                    subkeys=[subkey],
+                )
+            )
         return out
 
     return attacker.dht._call(send(), timeout=30)
@@ -119,8 +136,12 @@ def signed_record(key: str, payload, owner_key, signer_key, expiration: float) -
     from sapo_core.swarm.validation import owner_tag
 
     subkey = owner_tag(owner_key.get_public_key().to_bytes())
-    record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey),
-                       MSGPackSerializer.dumps(payload), expiration)
+    record = DHTRecord(
+        DHTID.generate(source=key).to_bytes(),
+        MSGPackSerializer.dumps(subkey),
+        MSGPackSerializer.dumps(payload),
+        expiration,
+    )
     signature = signer_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
     return record.value + b"[signature:" + signature + b"]", subkey
 
@@ -151,15 +172,31 @@ def make_run(run_dir: Path, eval_figures: bool = True) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
-    Checkpoints(run_dir).save(CheckpointState(round=RUN_ROUNDS, model_id=RUN_MODEL_ID, lora_rank=policy.lora_rank,
-                                              policy_version=RUN_ROUNDS), policy.trainable_state_dict(), {})
+    Checkpoints(run_dir).save(
+        CheckpointState(round=RUN_ROUNDS, model_id=RUN_MODEL_ID, lora_rank=policy.lora_rank, policy_version=RUN_ROUNDS),
+        policy.trainable_state_dict(),
+        {},
+    )
     store = RunStore(run_dir / STORE_NAME)
     t = time.time() - 600
     for r in range(1, RUN_ROUNDS + 1):
-        m = {"groups/local": 4.0, "groups/trained": 5.0, "groups/external": 2.0, "round/group_size": 8.0,
-             "swarm/peers": 3.0, "cpu/seconds": 90.0}
+        m = {
+            "groups/local": 4.0,
+            "groups/trained": 5.0,
+            "groups/external": 2.0,
+            "round/group_size": 8.0,
+            "swarm/peers": 3.0,
+            "cpu/seconds": 90.0,
+        }
         if eval_figures and r in (1, RUN_ROUNDS):
-            m.update({"eval/solve_rate": 0.1 if r == 1 else 0.27, "eval/solve_rate_base": 0.1,
-                      "eval/gain": 0.0 if r == 1 else 0.17, "eval/gain_ci_low": 0.1, "eval/gain_ci_high": 0.24})
+            m.update(
+                {
+                    "eval/solve_rate": 0.1 if r == 1 else 0.27,
+                    "eval/solve_rate_base": 0.1,
+                    "eval/gain": 0.0 if r == 1 else 0.17,
+                    "eval/gain_ci_low": 0.1,
+                    "eval/gain_ci_high": 0.24,
+                }
+            )
         store.record_round(r, m, started=t + 100 * r, ended=t + 100 * r + 90)
     store.close()

@@ -23,8 +23,14 @@ def main() -> None:
     def say(**kw) -> None:
         print(json.dumps(kw), flush=True)
 
-    say(node_id=node.node_id, address=node.join_address, reachability=node.dht.reachability.status,
-        client_mode=node.dht.client_mode, peers=node.dht.num_peers(), log=hooks.text())
+    say(
+        node_id=node.node_id,
+        address=node.join_address,
+        reachability=node.dht.reachability.status,
+        client_mode=node.dht.client_mode,
+        peers=node.dht.num_peers(),
+        log=hooks.text(),
+    )
     for line in sys.stdin:
         word = line.strip()
         if word == "publish":

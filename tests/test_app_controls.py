@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sapo_core.control import protocol as P
-
 from app.models import NodeStatus
+from sapo_core.control import protocol as P
 
 pytestmark = pytest.mark.gui
 
@@ -66,9 +65,17 @@ def test_panel_shows_the_model_download_then_the_first_round(qtbot):
     panel.show()
     s = NodeStatus()
     info = {"model": "SmolLM2-360M-Instruct", "size_bytes": 386_404_992, "host": "huggingface.co"}
-    for ev in (P.Hello(protocol=P.PROTOCOL_VERSION, pid=1), P.State(state=P.STARTING, reason="loading the model"),
-               P.Progress(round=0, phase="download", done=120_000_000, total=386_404_992,
-                          info={**info, "bytes_per_s": 2_000_000, "eta_s": 133.2})):
+    for ev in (
+        P.Hello(protocol=P.PROTOCOL_VERSION, pid=1),
+        P.State(state=P.STARTING, reason="loading the model"),
+        P.Progress(
+            round=0,
+            phase="download",
+            done=120_000_000,
+            total=386_404_992,
+            info={**info, "bytes_per_s": 2_000_000, "eta_s": 133.2},
+        ),
+    ):
         s.apply(ev)
     panel.refresh(s)
     text = "Downloading SmolLM2-360M-Instruct: 120 of 386 MB (31 %), about 2 min left"
@@ -84,8 +91,11 @@ def test_panel_shows_the_model_download_then_the_first_round(qtbot):
     assert panel.reason_label.text() == "Downloaded SmolLM2-360M-Instruct (386 MB); checking and loading it"
     assert (bar.maximum(), bar.value()) == (1000, 1000)
     # the node is up and the first round samples: the round's figures, the download gone
-    for ev in (P.NodeInfo(model_id="smollm2-360m-instruct", sampler="llamacpp", run_dir="/tmp/r", next_round=1),
-               P.State(state=P.RUNNING, round=1), P.Progress(round=1, phase="sample", done=5, total=16)):
+    for ev in (
+        P.NodeInfo(model_id="smollm2-360m-instruct", sampler="llamacpp", run_dir="/tmp/r", next_round=1),
+        P.State(state=P.RUNNING, round=1),
+        P.Progress(round=1, phase="sample", done=5, total=16),
+    ):
         s.apply(ev)
     panel.refresh(s)
     assert panel.reason_label.text() == "round 1: sampling 5 of 16 tokens"
@@ -100,8 +110,15 @@ def test_a_failed_download_says_so_and_the_bar_waits(qtbot):
     qtbot.addWidget(panel)
     s = NodeStatus()
     s.apply(P.State(state=P.STARTING, reason="loading the model"))
-    s.apply(P.Progress(round=0, phase="download", done=0, total=0,
-                       info={"model": "Qwen3-0.6B", "failed": "ConnectError: connection refused"}))
+    s.apply(
+        P.Progress(
+            round=0,
+            phase="download",
+            done=0,
+            total=0,
+            info={"model": "Qwen3-0.6B", "failed": "ConnectError: connection refused"},
+        )
+    )
     panel.refresh(s)
     assert panel.reason_label.text() == "Could not download Qwen3-0.6B: ConnectError: connection refused"
     assert (panel.progress.minimum(), panel.progress.maximum()) == (0, 0)  # busy: the fallback model loads

@@ -67,8 +67,11 @@ def test_one_bar_per_day_with_the_stores_figures_and_a_gap_for_the_pause(qtbot, 
     assert all(d["start"] < a < b < d["end"] for d, a, b in zip(days, x0, x1))
     # the strip: the morning, then a gap over the pause (11:00-14:00), then the afternoon
     spans = plot.running_spans()
-    assert spans == [(_at(ago3, 9), _at(ago3, 11)), (_at(yesterday, 9), _at(yesterday, 11)),
-                     (_at(yesterday, 14), _at(yesterday, 15))]
+    assert spans == [
+        (_at(ago3, 9), _at(ago3, 11)),
+        (_at(yesterday, 9), _at(yesterday, 11)),
+        (_at(yesterday, 14), _at(yesterday, 15)),
+    ]
     assert not any(a < _at(yesterday, 12, 30) < b for a, b in spans)
     # peers' receipts: a dot on the day they came, the right axis shown
     x, y = plot.receipts.getData()

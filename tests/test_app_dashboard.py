@@ -27,12 +27,28 @@ def test_held_out_card_says_no_evaluation_then_the_sentence(qtbot):
     h = RoundHistory()
     h.add(1, {"reward/mean": 0.2})
     assert held_out_text(h)[0] == "no evaluation yet"
-    h.add(2, {"eval/solve_rate": 0.27, "eval/solve_rate_base": 0.10, "eval/gain": 0.17, "eval/gain_ci_low": 0.10,
-              "eval/gain_ci_high": 0.24})
+    h.add(
+        2,
+        {
+            "eval/solve_rate": 0.27,
+            "eval/solve_rate_base": 0.10,
+            "eval/gain": 0.17,
+            "eval/gain_ci_low": 0.10,
+            "eval/gain_ci_high": 0.24,
+        },
+    )
     head, detail = held_out_text(h)
     assert head == "0.10 at start -> 0.27 now (+0.17, ±0.07)" and "better than the base model" in detail
-    h.add(3, {"eval/solve_rate": 0.12, "eval/solve_rate_base": 0.10, "eval/gain": 0.02, "eval/gain_ci_low": -0.05,
-              "eval/gain_ci_high": 0.09})
+    h.add(
+        3,
+        {
+            "eval/solve_rate": 0.12,
+            "eval/solve_rate_base": 0.10,
+            "eval/gain": 0.02,
+            "eval/gain_ci_low": -0.05,
+            "eval/gain_ci_high": 0.09,
+        },
+    )
     assert "not yet distinguishable" in held_out_text(h)[1]
 
 
@@ -155,7 +171,7 @@ def test_long_histories_are_binned_for_the_pixels_and_again_when_zoomed(qtbot):
     h.add(5002, demo_metrics(5002, random.Random(2)))
     view.refresh()  # the round axis stays at 5,600 (it steps every 100 rounds here)
     after = view.curves["reward/rolling"].yData
-    assert len(after) >= len(before) - 1 and np.array_equal(after[:len(before) - 1], before[:-1])
+    assert len(after) >= len(before) - 1 and np.array_equal(after[: len(before) - 1], before[:-1])
 
 
 def test_short_histories_get_dots_that_go_when_the_history_grows(qtbot):
@@ -229,8 +245,9 @@ def test_a_long_curve_keeps_what_it_shows_while_no_point_moves_half_a_pixel(qtbo
         c = view.curves[key]
         vb = view.plots[view._plot_of[key]].getViewBox()
         (x0, x1), (y0, y1) = vb.viewRange()
-        return max(np.abs(x - c.xData).max() * vb.width() / (x1 - x0),
-                   np.abs(y - c.yData).max() * vb.height() / (y1 - y0))
+        return max(
+            np.abs(x - c.xData).max() * vb.width() / (x1 - x0), np.abs(y - c.yData).max() * vb.height() / (y1 - y0)
+        )
 
     rng = random.Random(3)
     kept = given = 0

@@ -56,8 +56,9 @@ SCRIPT = textwrap.dedent("""
 def test_the_gui_process_never_loads_the_heavy_modules(tmp_path, tmp_path_factory):
     data = tmp_path / "data"
     data.mkdir()
-    (data / "node.toml").write_text(textwrap.dedent(f"""
-        run_dir = "{tmp_path / 'run'}"
+    (data / "node.toml").write_text(
+        textwrap.dedent(f"""
+        run_dir = "{tmp_path / "run"}"
         [model]
         name = "tiny-random"
         [swarm]
@@ -70,9 +71,14 @@ def test_the_gui_process_never_loads_the_heavy_modules(tmp_path, tmp_path_factor
         backend = "transformers"
         group_size = 2
         max_new_tokens = 8
-    """))
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SAPO_DATA_DIR": str(data),
-           "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache")}
+    """)
+    )
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "SAPO_DATA_DIR": str(data),
+        "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache"),
+    }
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])

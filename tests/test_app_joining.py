@@ -21,7 +21,9 @@ def test_reachability_in_words():
     assert reachability_words({"swarm/reachable": 1.0}, False).startswith("Reachable")
     assert "DHT client" in reachability_words({"swarm/reachable": 0.0}, False)
     assert "through a relay" in reachability_words({"swarm/reachable": 0.0, "swarm/relayed": 1.0}, False)
-    assert "3 peer(s) found on this network" in reachability_words({"swarm/reachable": -1.0, "swarm/lan_peers": 3}, False)
+    assert "3 peer(s) found on this network" in reachability_words(
+        {"swarm/reachable": -1.0, "swarm/lan_peers": 3}, False
+    )
 
 
 def test_the_invitation_carries_the_swarm_and_warns_when_private():
@@ -34,7 +36,9 @@ def test_the_invitation_carries_the_swarm_and_warns_when_private():
 
 
 def test_doctor_lines():
-    text = doctor_lines('{"ok": false, "checks": [{"name": "clock", "status": "fail", "detail": "+42 s", "fix": "NTP"}]}')
+    text = doctor_lines(
+        '{"ok": false, "checks": [{"name": "clock", "status": "fail", "detail": "+42 s", "fix": "NTP"}]}'
+    )
     assert "✗ <b>clock</b>: +42 s" in text and "fix: NTP" in text
     assert "did not finish" in doctor_lines("Traceback ...\nRuntimeError: boom") and "boom" in doctor_lines("x\nboom")
 
@@ -63,8 +67,10 @@ def test_the_joining_box_shows_the_invitation_and_its_qr_code(qtbot):
 def test_the_network_check_runs_the_doctor_in_a_child(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path))
     # loopback only, no LAN discovery: the check must never send on a real interface in a test
-    save_config(NodeConfig().replace(**{"swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "swarm.lan_discovery": False}),
-                tmp_path / "node.toml")
+    save_config(
+        NodeConfig().replace(**{"swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "swarm.lan_discovery": False}),
+        tmp_path / "node.toml",
+    )
     box = JoiningBox(lambda: None)
     qtbot.addWidget(box)
     with qtbot.waitSignal(box.check_done, timeout=120_000) as done:

@@ -6,29 +6,40 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.eventlog import EventLog, readable_error
+from app.hardware_scan import HardwareReport
+from app.main import display_available
+from app.models import (
+    PHASE_GROUPS,
+    NodeStatus,
+    RoundHistory,
+    ScreenBins,
+    Series,
+    SwarmModel,
+    bin_for_screen,
+    rejection_words,
+    rolling_mean,
+)
+from app.wizard import ALONE, HOST, JOIN, SetupChoices, address_problem, apply_choices, choices_from_config
 from sapo_core.catalog import choose_model, load_catalogue
 from sapo_core.commands.hardware import report
 from sapo_core.config import NodeConfig, RoundConfig
 from sapo_core.control import protocol as P
 from sapo_core.hardware import HardwareProfile
 
-from app.hardware_scan import HardwareReport
-from app.main import display_available
-from app.eventlog import EventLog, readable_error
-from app.models import (PHASE_GROUPS, NodeStatus, RoundHistory, ScreenBins, Series, SwarmModel, bin_for_screen,
-                        rejection_words, rolling_mean)
-from app.wizard import ALONE, HOST, JOIN, SetupChoices, address_problem, apply_choices, choices_from_config
-
 PEER = "/ip4/203.0.113.5/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
 
 
-@pytest.mark.parametrize("y, window, expected", [
-    ([1, 2, 3, 4, 5], 2, [1, 1.5, 2.5, 3.5, 4.5]),
-    ([1, 2, 3, 4, 5], 10, [1, 1.5, 2, 2.5, 3]),  # window longer than the data: mean so far
-    ([1, 2, 3], 1, [1, 2, 3]),
-    ([0, 0, 6], 3, [0, 0, 2]),
-    ([], 5, []),
-])
+@pytest.mark.parametrize(
+    "y, window, expected",
+    [
+        ([1, 2, 3, 4, 5], 2, [1, 1.5, 2.5, 3.5, 4.5]),
+        ([1, 2, 3, 4, 5], 10, [1, 1.5, 2, 2.5, 3]),  # window longer than the data: mean so far
+        ([1, 2, 3], 1, [1, 2, 3]),
+        ([0, 0, 6], 3, [0, 0, 2]),
+        ([], 5, []),
+    ],
+)
 def test_rolling_mean(y, window, expected):
     assert rolling_mean(np.array(y, dtype=float), window).tolist() == pytest.approx(expected)
 
@@ -83,10 +94,12 @@ def test_screen_bins_after_each_round_equal_binning_everything_again(peak):
     assert np.array_equal(bins(x, y, 0.0, 3000.0, 99, token=1)[1], bin_for_screen(x, y, 0.0, 3000.0, 99, peak)[1])
     changed = y.copy()
     changed[:10] = 50.0
-    assert np.array_equal(bins(x, changed, 0.0, 3000.0, 99, token=2)[1],
-                          bin_for_screen(x, changed, 0.0, 3000.0, 99, peak)[1])
-    assert np.array_equal(bins(x[:900], y[:900], 0.0, 3000.0, 99, token=2)[1],
-                          bin_for_screen(x[:900], y[:900], 0.0, 3000.0, 99, peak)[1])
+    assert np.array_equal(
+        bins(x, changed, 0.0, 3000.0, 99, token=2)[1], bin_for_screen(x, changed, 0.0, 3000.0, 99, peak)[1]
+    )
+    assert np.array_equal(
+        bins(x[:900], y[:900], 0.0, 3000.0, 99, token=2)[1], bin_for_screen(x[:900], y[:900], 0.0, 3000.0, 99, peak)[1]
+    )
 
 
 def test_history_ignores_old_rounds_and_non_numbers():
@@ -114,16 +127,40 @@ def test_stacked_bands_add_up_and_missing_phases_count_zero():
 
 def test_swarm_model_sums_rounds_and_words_rejections():
     m = SwarmModel()
-    m.apply_info(P.NodeInfo(model_id="m", sampler="s", run_dir="r", next_round=1, peer_id="Qm1", node_name="n",
-                            join_address=PEER))
-    m.add_round(1, {"swarm/published": 2, "swarm/received": 6, "swarm/accepted": 5, "swarm/used": 2,
-                    "swarm/rejected": 1, "swarm/rejected/zero_advantage": 1, "swarm/peers": 3})
-    m.add_round(2, {"swarm/published": 2, "swarm/received": 4, "swarm/rejected/index_malformed": 2,
-                    "swarm/dht_rejected/oversized": 1, "swarm/peers": 2})
+    m.apply_info(
+        P.NodeInfo(
+            model_id="m", sampler="s", run_dir="r", next_round=1, peer_id="Qm1", node_name="n", join_address=PEER
+        )
+    )
+    m.add_round(
+        1,
+        {
+            "swarm/published": 2,
+            "swarm/received": 6,
+            "swarm/accepted": 5,
+            "swarm/used": 2,
+            "swarm/rejected": 1,
+            "swarm/rejected/zero_advantage": 1,
+            "swarm/peers": 3,
+        },
+    )
+    m.add_round(
+        2,
+        {
+            "swarm/published": 2,
+            "swarm/received": 4,
+            "swarm/rejected/index_malformed": 2,
+            "swarm/dht_rejected/oversized": 1,
+            "swarm/peers": 2,
+        },
+    )
     m.add_round(3, {"reward/mean": 1.0})  # a round without swarm figures (alone) changes nothing
     assert m.totals["published"] == 4 and m.totals["received"] == 10 and m.totals["accepted"] == 5
-    assert m.rejections == {rejection_words("zero_advantage"): 1, "index entry: malformed record": 2,
-                            "DHT: record too large": 1}
+    assert m.rejections == {
+        rejection_words("zero_advantage"): 1,
+        "index entry: malformed record": 2,
+        "DHT: record too large": 1,
+    }
     assert m.peers_now == 2 and m.rounds == 2 and m.invite == PEER and m.alone is False
     assert m.apply_progress(P.Progress(round=4, phase="gather", done=0, total=1, info={"peer": "calm-heron"}))
     assert not m.apply_progress(P.Progress(round=4, phase="sample", done=0, total=1))
@@ -169,16 +206,27 @@ def test_errors_read_as_what_to_do():
     assert "refused a command" in readable_error(P.Error(message="x", kind=P.COMMAND, fatal=False))[0]
 
 
-@pytest.mark.parametrize("text, ok", [(PEER, True), ("", False), ("203.0.113.5:31337", False),
-                                      ("/ip4/203.0.113.5/tcp/31337", False)])
+@pytest.mark.parametrize(
+    "text, ok", [(PEER, True), ("", False), ("203.0.113.5:31337", False), ("/ip4/203.0.113.5/tcp/31337", False)]
+)
 def test_invite_address_check(text, ok):
     assert (address_problem(text) == "") is ok
 
 
 def test_setup_choices_become_the_config_and_back():
     base = NodeConfig().replace(**{"train.learning_rate": 1e-4})
-    joined = apply_choices(base, SetupChoices(model="smollm2-135m-instruct", swarm=JOIN, address=PEER, throttle=0.3,
-                                              threads=1, pause_on_battery=False, only_when_idle=True))
+    joined = apply_choices(
+        base,
+        SetupChoices(
+            model="smollm2-135m-instruct",
+            swarm=JOIN,
+            address=PEER,
+            throttle=0.3,
+            threads=1,
+            pause_on_battery=False,
+            only_when_idle=True,
+        ),
+    )
     assert joined.model.name == "smollm2-135m-instruct" and joined.swarm.enabled
     assert joined.swarm.initial_peers == [PEER]
     assert joined.control.throttle == 0.3 and joined.sampler.threads == 1 and joined.control.only_when_idle
@@ -203,15 +251,18 @@ def test_hardware_report_reads_the_json_of_sapo_node_hardware():
     assert dict((w, v) for w, v, _ in rep.machine)["CPU cores"] == "4 physical, 4 logical"
 
 
-@pytest.mark.parametrize("env, platform, ok", [
-    ({}, "linux", False),
-    ({"DISPLAY": ":0"}, "linux", True),
-    ({"WAYLAND_DISPLAY": "wayland-0"}, "linux", True),
-    ({"QT_QPA_PLATFORM": "offscreen"}, "linux", True),
-    ({"QT_QPA_PLATFORM": "xcb"}, "linux", False),
-    ({}, "win32", True),
-    ({}, "darwin", True),
-])
+@pytest.mark.parametrize(
+    "env, platform, ok",
+    [
+        ({}, "linux", False),
+        ({"DISPLAY": ":0"}, "linux", True),
+        ({"WAYLAND_DISPLAY": "wayland-0"}, "linux", True),
+        ({"QT_QPA_PLATFORM": "offscreen"}, "linux", True),
+        ({"QT_QPA_PLATFORM": "xcb"}, "linux", False),
+        ({}, "win32", True),
+        ({}, "darwin", True),
+    ],
+)
 def test_display_check(env, platform, ok):
     assert display_available(env, platform) is ok
 

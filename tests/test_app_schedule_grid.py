@@ -10,11 +10,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QWidget
 
-from sapo_core.config import ConfigError, ControlConfig, load_config, save_config
-from sapo_core.control.schedule import parse_schedule, schedule_grid
-
 from app.controls import ShareSettings
 from app.schedule_grid import HOURS
+from sapo_core.config import ConfigError, ControlConfig, load_config, save_config
+from sapo_core.control.schedule import parse_schedule, schedule_grid
 
 from helpers import light_config
 
@@ -52,8 +51,9 @@ def test_a_drag_paints_a_block_and_the_text_says_it(qtbot, share):
     with qtbot.waitSignal(grid.grid_edited):
         drag(qtbot, grid, (MON, 18), (FRI, 23))  # starts on an empty cell: paints the rectangle
     assert share.schedule_edit.text() == "mon-fri 18:00-24:00; sat-sun 00:00-24:00"
-    assert on_cells(grid.grid()) == {(d, h) for d in range(5) for h in range(18, 24)} | \
-        {(d, h) for d in (SAT, SUN) for h in range(24)}
+    assert on_cells(grid.grid()) == {(d, h) for d in range(5) for h in range(18, 24)} | {
+        (d, h) for d in (SAT, SUN) for h in range(24)
+    }
     drag(qtbot, grid, (SAT, 0), (SUN, 11))  # starts on a painted cell: erases
     assert share.schedule_edit.text() == "mon-fri 18:00-24:00; sat-sun 12:00-24:00"
     drag(qtbot, grid, (TUE, 7), (FRI, 0))  # dragged up and left: the same rectangle, early mornings
@@ -91,8 +91,9 @@ def test_invalid_text_keeps_the_grid_and_shows_the_parsers_message_in_red(qtbot)
     share.schedule_edit.setText("mon-fry 10:00-12:00")
     assert share.schedule_grid.grid() == before
     assert share.schedule_error.isVisible() and "unknown day 'fry'" in share.schedule_error.text()
-    assert share.schedule_error.palette().color(QPalette.ColorRole.WindowText).name().lower() == \
-        colours()["error"].lower()
+    assert (
+        share.schedule_error.palette().color(QPalette.ColorRole.WindowText).name().lower() == colours()["error"].lower()
+    )
     share.schedule_edit.setText("mon-fri 18:00-09:00")  # fixed: the grid follows, the message goes
     assert (TUE, 8) in on_cells(share.schedule_grid.grid()) and not share.schedule_error.isVisible()
 

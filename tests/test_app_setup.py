@@ -14,14 +14,13 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QColor, QImage
 
-from sapo_core.config import NodeConfig, load_config, save_config
-from sapo_core.control import protocol as P
-
 from app.bridge import WorkerBridge
 from app.settings import UiSettings, node_config_path
 from app.single import SingleInstance
 from app.window import MainWindow
 from app.wizard import SetupWizard
+from sapo_core.config import NodeConfig, load_config, save_config
+from sapo_core.control import protocol as P
 
 from helpers import light_config
 
@@ -158,8 +157,13 @@ def test_without_a_display_it_says_so_and_runs_the_node_headless(data):
 def test_screenshots_of_every_screen(tmp_path, data):
     shots = tmp_path / "shots"
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    out = subprocess.run([sys.executable, "-m", "app.main", "--screenshots", str(shots), "--demo"], env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "app.main", "--screenshots", str(shots), "--demo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     names = {p.name for p in shots.glob("*.png")}
     screens = ["dashboard", "try-it", "swarm", "settings", "log", "error"]
@@ -175,7 +179,6 @@ def test_screenshots_of_every_screen(tmp_path, data):
     # the plots are drawn: many distinct colours, not a blank window
     colours = {image.pixel(x, y) for x in range(0, image.width(), 7) for y in range(0, image.height(), 7)}
     assert len(colours) > 50
-
 
 
 def test_the_tray_menu_follows_the_state_and_sends_requests(qtbot):
@@ -215,21 +218,25 @@ def test_sapo_swarm_runs_once_and_quits_on_ctrl_c(qtbot, data):
 
     save_config(tiny(data), data / "node.toml")
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    first = subprocess.Popen([sys.executable, "-m", "app.main"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "app.main"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         qtbot.waitUntil(lambda: (data / "sapo-swarm.lock").exists() or first.poll() is not None, timeout=60_000)
         assert first.poll() is None, first.communicate()
-        second = subprocess.run([sys.executable, "-m", "app.main"], env=env, capture_output=True, text=True,
-                                timeout=120)
+        second = subprocess.run(
+            [sys.executable, "-m", "app.main"], env=env, capture_output=True, text=True, timeout=120
+        )
         assert second.returncode == 0 and "already running" in second.stdout
 
         workers: list[psutil.Process] = []
 
         def node_started() -> bool:  # the window is up and has started its node process
-            workers[:] = [k for k in psutil.Process(first.pid).children()
-                          if "sapo_core.control.worker" in " ".join(k.cmdline())]
+            workers[:] = [
+                k for k in psutil.Process(first.pid).children() if "sapo_core.control.worker" in " ".join(k.cmdline())
+            ]
             return bool(workers) or first.poll() is not None
+
         qtbot.waitUntil(node_started, timeout=60_000)
         first.send_signal(signal.SIGINT)
         out, err = first.communicate(timeout=120)

@@ -13,16 +13,15 @@ import os
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QThread, Qt
+from PySide6.QtCore import Qt, QThread
 from PySide6.QtGui import QGuiApplication
-
-from sapo_core.config import NodeConfig, load_config, save_config
-from sapo_core.control import protocol as P
 
 from app.bridge import WorkerBridge
 from app.history import store_path
 from app.settings import UiSettings, node_config_path
 from app.window import MainWindow
+from sapo_core.config import NodeConfig, load_config, save_config
+from sapo_core.control import protocol as P
 
 from helpers import light_config
 
@@ -70,8 +69,12 @@ def test_the_plot_gains_a_point_when_a_round_ends(qtbot, window):
         pass
     ev: P.RoundDone = done.args[0]
     # the tiny model's rounds take about a second: later rounds may land before we look
-    qtbot.waitUntil(lambda: window.history.last_round >= ev.round and window.dashboard.points("reward/raw")
-                    == window.history.rounds, timeout=5000)  # redraws are coalesced (100 ms)
+    qtbot.waitUntil(
+        lambda: (
+            window.history.last_round >= ev.round and window.dashboard.points("reward/raw") == window.history.rounds
+        ),
+        timeout=5000,
+    )  # redraws are coalesced (100 ms)
     x = list(window.dashboard.curves["reward/raw"].xData)
     y = window.dashboard.curves["reward/raw"].yData
     assert ev.round in x and y[x.index(ev.round)] == pytest.approx(ev.metrics["reward/mean"])
@@ -102,10 +105,11 @@ def test_pause_resume_and_snooze_buttons_drive_the_node_and_the_label(qtbot, win
     with qtbot.waitSignal(window.bridge.state_changed, check_params_cb=state_is(P.PAUSED), timeout=ROUND_MS) as s:
         qtbot.mouseClick(panel.pause_after_button, Qt.MouseButton.LeftButton)
     window.bridge.event.disconnect(seen.append)
-    kinds = [e.state if isinstance(e, P.State) else type(e).__name__ for e in seen
-             if isinstance(e, (P.State, P.RoundDone))]
+    kinds = [
+        e.state if isinstance(e, P.State) else type(e).__name__ for e in seen if isinstance(e, (P.State, P.RoundDone))
+    ]
     # it finished its round first: a round that ended while the click was on its way is earlier
-    assert P.PAUSING in kinds and "RoundDone" in kinds[kinds.index(P.PAUSING):], kinds
+    assert P.PAUSING in kinds and "RoundDone" in kinds[kinds.index(P.PAUSING) :], kinds
     assert s.args[0].reason.startswith("paused by you after round")
 
     with qtbot.waitSignal(window.bridge.state_changed, check_params_cb=state_is(P.SNOOZED), timeout=ROUND_MS) as s:
@@ -132,6 +136,7 @@ def _status(qtbot, window, check) -> P.Status:
             return True
         window.bridge.request_status()
         return False
+
     try:
         qtbot.waitUntil(ok, timeout=ROUND_MS)
     finally:
@@ -176,8 +181,9 @@ def test_events_arrive_on_the_gui_thread(qtbot, window):
 
 
 def test_the_history_comes_back_in_a_new_window(qtbot, window):
-    qtbot.waitUntil(lambda: window.history.rounds >= 2 and store_path(window.saved_config.run_dir).is_file(),
-                    timeout=START_MS)
+    qtbot.waitUntil(
+        lambda: window.history.rounds >= 2 and store_path(window.saved_config.run_dir).is_file(), timeout=START_MS
+    )
     again = MainWindow(WorkerBridge(), UiSettings(), use_tray=False)  # not started: one node per run dir
     try:
         with qtbot.waitSignal(again.loader.loaded, timeout=30_000):

@@ -8,8 +8,17 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from app.wizard import (
-    ALONE, HOST, JOIN, LISTED, SetupChoices, SetupWizard, address_problem, address_warning, apply_choices,
-    choices_from_config, default_swarm_choice,
+    ALONE,
+    HOST,
+    JOIN,
+    LISTED,
+    SetupChoices,
+    SetupWizard,
+    address_problem,
+    address_warning,
+    apply_choices,
+    choices_from_config,
+    default_swarm_choice,
 )
 from sapo_core.config import NodeConfig
 from sapo_core.swarm.invitations import make_invitation
@@ -35,7 +44,13 @@ def test_choices_become_the_config():
     base = NodeConfig()
     listed = apply_choices(base, SetupChoices(swarm=LISTED, listed="lab", lan_discovery=False), [EMPTY, LAB])
     s = listed.swarm
-    assert (s.swarm_name, s.initial_peers, s.shards, s.listed_swarm, s.lan_discovery) == ("lab", [PUBLIC], 4, "lab", False)
+    assert (s.swarm_name, s.initial_peers, s.shards, s.listed_swarm, s.lan_discovery) == (
+        "lab",
+        [PUBLIC],
+        4,
+        "lab",
+        False,
+    )
     assert choices_from_config(listed).swarm == LISTED and choices_from_config(listed).listed == "lab"
     invited = apply_choices(base, SetupChoices(swarm=JOIN, address=make_invitation(LAB, [PRIVATE])))
     assert invited.swarm.swarm_name == "lab" and invited.swarm.initial_peers == [PRIVATE]

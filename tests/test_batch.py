@@ -16,25 +16,45 @@ def policy(tmp_path_factory):
     from sapo_core.modelfiles import embedded_gguf_path
     from sapo_core.policy import load_policy
 
-    return load_policy(ModelConfig(name="tiny-random"), None, tmp_path_factory.mktemp("hf"),
-                       tokenizer_gguf=embedded_gguf_path())
+    return load_policy(
+        ModelConfig(name="tiny-random"), None, tmp_path_factory.mktemp("hf"), tokenizer_gguf=embedded_gguf_path()
+    )
 
 
 def ours(rewards, finished=True):
-    return Group(Q, [Completion(f"Answer: {i}", token_ids=[10 + i, 11], sample_logprobs=[-0.1, -0.2],
-                                finished=finished, reward=r) for i, r in enumerate(rewards)])
+    return Group(
+        Q,
+        [
+            Completion(
+                f"Answer: {i}", token_ids=[10 + i, 11], sample_logprobs=[-0.1, -0.2], finished=finished, reward=r
+            )
+            for i, r in enumerate(rewards)
+        ],
+    )
 
 
 def theirs(peer, index, rewards):
-    return Group(Q, [Completion(f"Answer: {i}", finished=True, reward=r) for i, r in enumerate(rewards)],
-                 source=peer, round=7, index=index)
+    return Group(
+        Q,
+        [Completion(f"Answer: {i}", finished=True, reward=r) for i, r in enumerate(rewards)],
+        source=peer,
+        round=7,
+        index=index,
+    )
 
 
 def test_advantages_stop_tokens_flat_groups_and_receipts(policy):
     eos = policy.tokenizer.eos_token_id
-    b = training_batch(policy, lambda q: [1, 2, 3], [ours([1.0, 0.0]), ours([0.0, 0.0])], [[5, 6], [5, 6]],
-                       [theirs("peerA", 0, [0.0, 1.0]), theirs("peerB", 1, [1.0, 1.0])],
-                       max_new_tokens=64, skip_flat=True, external_token_budget=0)
+    b = training_batch(
+        policy,
+        lambda q: [1, 2, 3],
+        [ours([1.0, 0.0]), ours([0.0, 0.0])],
+        [[5, 6], [5, 6]],
+        [theirs("peerA", 0, [0.0, 1.0]), theirs("peerB", 1, [1.0, 1.0])],
+        max_new_tokens=64,
+        skip_flat=True,
+        external_token_budget=0,
+    )
     assert b.groups == 2 and b.receipts == [("peerA", 7, 0)] and b.capped == 0  # flat groups left out
     own = b.sequences[:2]
     assert [s.advantage for s in own] == pytest.approx([0.5 / 0.7071068, -0.5 / 0.7071068], rel=1e-3)
@@ -46,8 +66,15 @@ def test_advantages_stop_tokens_flat_groups_and_receipts(policy):
 
 def test_with_a_kl_term_flat_groups_train_and_the_token_budget_takes_whole_groups(policy):
     one = len(policy.encode_completion("Answer: 0")) + 1
-    b = training_batch(policy, lambda q: [1], [ours([0.0, 0.0], finished=False)], [[5]],
-                       [theirs("peerA", 0, [0.0, 1.0]), theirs("peerB", 1, [1.0, 0.0])],
-                       max_new_tokens=64, skip_flat=False, external_token_budget=2 * one + 1)
+    b = training_batch(
+        policy,
+        lambda q: [1],
+        [ours([0.0, 0.0], finished=False)],
+        [[5]],
+        [theirs("peerA", 0, [0.0, 1.0]), theirs("peerB", 1, [1.0, 0.0])],
+        max_new_tokens=64,
+        skip_flat=False,
+        external_token_budget=2 * one + 1,
+    )
     assert b.groups == 2 and b.capped == 1 and b.receipts == [("peerA", 7, 0)]
     assert [s.advantage for s in b.sequences[:2]] == [0.0, 0.0] and b.sequences[0].completion_ids == [10, 11]

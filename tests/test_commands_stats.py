@@ -13,9 +13,19 @@ def test_stats_prints_what_was_given_and_what_came_back(tmp_path, capsys):
     s = RunStore(tmp_path / STORE_NAME)
     t = time.time() - 300
     for r in (1, 2):
-        s.record_round(r, {"groups/local": 2.0, "round/group_size": 4.0, "cpu/seconds": 3600.0,
-                           "groups/trained": 2.0, "groups/external": 1.0, "swarm/published": 2.0},
-                       started=t + 100 * r, ended=t + 100 * r + 60)
+        s.record_round(
+            r,
+            {
+                "groups/local": 2.0,
+                "round/group_size": 4.0,
+                "cpu/seconds": 3600.0,
+                "groups/trained": 2.0,
+                "groups/external": 1.0,
+                "swarm/published": 2.0,
+            },
+            started=t + 100 * r,
+            ended=t + 100 * r + 60,
+        )
     s.record_receipts(2, [("peerA", 1, 0), ("peerB", 1, 1), ("peerB", 1, 0)])
     s.close()
     assert main(["stats", "--run-dir", str(tmp_path)]) == 0

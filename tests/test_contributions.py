@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from sapo_core.contributions import (contribution_totals, daily_activity, held_out_summary, receipt_totals,
-                                     start_of_today)
+from sapo_core.contributions import (
+    contribution_totals,
+    daily_activity,
+    held_out_summary,
+    receipt_totals,
+    start_of_today,
+)
 from sapo_core.store import RunStore
 
 
 def _row(s, r, started, secs, **m):
-    base = {"groups/local": 4.0, "round/group_size": 8.0, "groups/trained": 3.0, "groups/external": 1.0,
-            "swarm/published": 4.0, "swarm/peers": float(r), "tokens/sampled": 100.0, "cpu/seconds": 1800.0}
+    base = {
+        "groups/local": 4.0,
+        "round/group_size": 8.0,
+        "groups/trained": 3.0,
+        "groups/external": 1.0,
+        "swarm/published": 4.0,
+        "swarm/peers": float(r),
+        "tokens/sampled": 100.0,
+        "cpu/seconds": 1800.0,
+    }
     s.record_round(r, {**base, **m}, started=started, ended=started + secs)
 
 
@@ -52,7 +65,16 @@ def test_held_out_sentence_from_the_eval_figures(tmp_path):
     assert held_out_summary(s) is None
     s.record_round(2, {"eval/solve_rate": 0.12, "eval/solve_rate_base": 0.10, "eval/gain": 0.02}, 0.0)
     s.record_round(3, {"reward/mean": 0.2}, 0.0)
-    s.record_round(4, {"eval/solve_rate": 0.27, "eval/solve_rate_base": 0.10, "eval/gain": 0.17,
-                       "eval/gain_ci_low": 0.10, "eval/gain_ci_high": 0.24}, 0.0)
+    s.record_round(
+        4,
+        {
+            "eval/solve_rate": 0.27,
+            "eval/solve_rate_base": 0.10,
+            "eval/gain": 0.17,
+            "eval/gain_ci_low": 0.10,
+            "eval/gain_ci_high": 0.24,
+        },
+        0.0,
+    )
     assert held_out_summary(s).sentence() == "held-out: 0.10 at start -> 0.27 now (+0.17, ±0.07)"
     assert held_out_summary(s, until_round=3).sentence() == "held-out: 0.10 at start -> 0.12 now (+0.02)"

@@ -16,8 +16,10 @@ from sapo_core.control.client import NodeClient, NodeStartError
 
 from helpers import light_config
 
-pytestmark = [pytest.mark.node_process,
-              pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP stands in for a hung node")]
+pytestmark = [
+    pytest.mark.node_process,
+    pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP stands in for a hung node"),
+]
 
 START = 300
 

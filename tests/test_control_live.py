@@ -15,8 +15,22 @@ import pytest
 pytestmark = pytest.mark.node_process
 
 START = 300
-ARGS = ["--model", "tiny-random", "--alone", "--sampler", "transformers", "--local", "1", "--group-size", "2",
-        "--max-new-tokens", "12", "--quiet", "--set", "round.auto_scale=false"]
+ARGS = [
+    "--model",
+    "tiny-random",
+    "--alone",
+    "--sampler",
+    "transformers",
+    "--local",
+    "1",
+    "--group-size",
+    "2",
+    "--max-new-tokens",
+    "12",
+    "--quiet",
+    "--set",
+    "round.auto_scale=false",
+]
 
 
 @pytest.fixture
@@ -25,8 +39,13 @@ def env(env):
 
 
 def sapo_node(*args: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sapo_core.cli", "run", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "sapo_core.cli", "run", *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def lines_of(proc: subprocess.Popen) -> queue.Queue:
@@ -81,8 +100,9 @@ def test_ctrl_c_stops_the_node_and_the_next_run_goes_on(env, tmp_path):
 
 
 def test_a_node_that_cannot_run_exits_2_with_the_reason(env, tmp_path):
-    proc = sapo_node("--run-dir", str(tmp_path / "run"), *ARGS[:0], "--model", "no-such-model", "--alone", "--quiet",
-                     env=env)
+    proc = sapo_node(
+        "--run-dir", str(tmp_path / "run"), *ARGS[:0], "--model", "no-such-model", "--alone", "--quiet", env=env
+    )
     out, err = proc.communicate(timeout=START)
     assert proc.returncode == 2
     assert "error:" in out and "no-such-model" in out
@@ -103,8 +123,15 @@ def test_the_terminal_prints_a_download_every_ten_percent_not_every_event():
     total, info = 386_000_000, {"model": "SmolLM2-360M-Instruct", "size_bytes": 386_000_000, "host": "huggingface.co"}
     display(P.Log(level="info", message="downloading SmolLM2-360M-Instruct (386 MB) from huggingface.co …"))
     for pct in range(101):
-        display(P.Progress(round=0, phase="download", done=total * pct // 100, total=total,
-                           info={**info, "bytes_per_s": 4_000_000, "eta_s": (100 - pct) * 0.965}))
+        display(
+            P.Progress(
+                round=0,
+                phase="download",
+                done=total * pct // 100,
+                total=total,
+                info={**info, "bytes_per_s": 4_000_000, "eta_s": (100 - pct) * 0.965},
+            )
+        )
     display(P.Progress(round=0, phase="download", done=total, total=total, info=info))  # a repeated last one
     lines = out.getvalue().splitlines()
     assert lines[0] == "info: downloading SmolLM2-360M-Instruct (386 MB) from huggingface.co …"

@@ -20,8 +20,15 @@ from sapo_core.control.system import FAKE_ENV, SystemReading
 from helpers import light_config
 
 WEDNESDAY_NOON = datetime(2026, 11, 25, 12, 0)
-CALM = SystemReading(now=WEDNESDAY_NOON, on_battery=False, battery_percent=90.0, idle_seconds=3600.0,
-                     other_cpu_percent=2.0, temperature_c=50.0, free_memory_bytes=16 * GB)
+CALM = SystemReading(
+    now=WEDNESDAY_NOON,
+    on_battery=False,
+    battery_percent=90.0,
+    idle_seconds=3600.0,
+    other_cpu_percent=2.0,
+    temperature_c=50.0,
+    free_memory_bytes=16 * GB,
+)
 
 
 def test_no_rules_never_pause():
@@ -63,8 +70,10 @@ def test_memory_has_hysteresis():
 
 def test_idle_by_input_time():
     rules = Rules(ControlConfig(only_when_idle=True, idle_minutes=5))
-    assert rules.check(replace(CALM, idle_seconds=10.0), 0) == \
-        "you are using the computer (runs after 5 min without input)"
+    assert (
+        rules.check(replace(CALM, idle_seconds=10.0), 0)
+        == "you are using the computer (runs after 5 min without input)"
+    )
     assert rules.check(replace(CALM, idle_seconds=299.0), 1) is not None
     assert rules.check(replace(CALM, idle_seconds=300.0), 2) is None
     assert rules.check(replace(CALM, idle_seconds=1.0), 3) is not None  # any input pauses at once
@@ -73,8 +82,7 @@ def test_idle_by_input_time():
 def test_idle_by_cpu_use_waits_for_a_calm_period_and_does_not_flap():
     rules = Rules(ControlConfig(only_when_idle=True, idle_minutes=1, idle_cpu_percent=25))
     no_input = replace(CALM, idle_seconds=None)
-    assert rules.check(replace(no_input, other_cpu_percent=None), 0) == \
-        "waiting to see whether the computer is in use"
+    assert rules.check(replace(no_input, other_cpu_percent=None), 0) == "waiting to see whether the computer is in use"
     assert "other programs are using the CPU (80 %" in rules.check(replace(no_input, other_cpu_percent=80.0), 1)
     assert rules.check(replace(no_input, other_cpu_percent=5.0), 2) is not None  # calm from t=2
     assert rules.check(replace(no_input, other_cpu_percent=5.0), 61) is not None
@@ -105,8 +113,7 @@ def test_first_reason_wins_in_a_fixed_order():
 
 
 def _tiny(run_dir: Path, **changes) -> NodeConfig:
-    return light_config(run_dir, **{"train.kl_beta": 0.01, "train.steps_per_round": 1,
-                                      "sampler.threads": 1, **changes})
+    return light_config(run_dir, **{"train.kl_beta": 0.01, "train.steps_per_round": 1, "sampler.threads": 1, **changes})
 
 
 @pytest.mark.node_process
@@ -117,13 +124,27 @@ def test_each_rule_pauses_a_real_node_with_its_reason_and_lets_it_resume(tmp_pat
 
     def fake(**readings) -> None:
         tmp = machine.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"on_battery": False, "idle_seconds": 3600, "temperature_c": 50,
-                                   "free_memory_bytes": 16 * GB, "now": "2026-11-25T12:00:00", **readings}))
+        tmp.write_text(
+            json.dumps(
+                {
+                    "on_battery": False,
+                    "idle_seconds": 3600,
+                    "temperature_c": 50,
+                    "free_memory_bytes": 16 * GB,
+                    "now": "2026-11-25T12:00:00",
+                    **readings,
+                }
+            )
+        )
         os.replace(tmp, machine)
 
     fake()
-    env = {**os.environ, "SAPO_DATA_DIR": str(tmp_path / "data"),
-           "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache"), FAKE_ENV: str(machine)}
+    env = {
+        **os.environ,
+        "SAPO_DATA_DIR": str(tmp_path / "data"),
+        "SAPO_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "sapo-cache"),
+        FAKE_ENV: str(machine),
+    }
     control = ControlConfig(pause_on_battery=True, check_seconds=0.1)
     client = NodeClient(env=env)
     client.start(_tiny(tmp_path / "run", **{"control.pause_on_battery": True, "control.check_seconds": 0.1}))
@@ -131,17 +152,36 @@ def test_each_rule_pauses_a_real_node_with_its_reason_and_lets_it_resume(tmp_pat
         client.wait_state(P.RUNNING, timeout=300)
         cases = [
             (control, {"on_battery": True, "battery_percent": 40}, "on battery (40 %)", {}),
-            (replace(control, pause_on_battery=False, schedule="mon-fri 18:00-08:00"), {},
-             "outside schedule (mon-fri 18:00-08:00; runs again Wed 18:00)", {"now": "2026-11-25T18:30:00"}),
-            (replace(control, pause_on_battery=False, max_temperature_c=80), {"temperature_c": 91},
-             "CPU at 91 °C", {"temperature_c": 60}),
-            (replace(control, pause_on_battery=False, min_free_memory_gb=4), {"free_memory_bytes": GB},
-             "free memory 1.0 GB, below 4 GB", {}),
-            (replace(control, pause_on_battery=False, only_when_idle=True, idle_minutes=0.02), {"idle_seconds": 0.5},
-             "you are using the computer", {}),
-            (replace(control, pause_on_battery=False, only_when_idle=True, idle_minutes=0.02),
-             {"idle_seconds": None, "other_cpu_percent": 90}, "other programs are using the CPU (90 %",
-             {"idle_seconds": None, "other_cpu_percent": 3}),
+            (
+                replace(control, pause_on_battery=False, schedule="mon-fri 18:00-08:00"),
+                {},
+                "outside schedule (mon-fri 18:00-08:00; runs again Wed 18:00)",
+                {"now": "2026-11-25T18:30:00"},
+            ),
+            (
+                replace(control, pause_on_battery=False, max_temperature_c=80),
+                {"temperature_c": 91},
+                "CPU at 91 °C",
+                {"temperature_c": 60},
+            ),
+            (
+                replace(control, pause_on_battery=False, min_free_memory_gb=4),
+                {"free_memory_bytes": GB},
+                "free memory 1.0 GB, below 4 GB",
+                {},
+            ),
+            (
+                replace(control, pause_on_battery=False, only_when_idle=True, idle_minutes=0.02),
+                {"idle_seconds": 0.5},
+                "you are using the computer",
+                {},
+            ),
+            (
+                replace(control, pause_on_battery=False, only_when_idle=True, idle_minutes=0.02),
+                {"idle_seconds": None, "other_cpu_percent": 90},
+                "other programs are using the CPU (90 %",
+                {"idle_seconds": None, "other_cpu_percent": 3},
+            ),
         ]
         for rules, pausing, reason, calm in cases:
             client.set_rules(rules)

@@ -10,8 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from sapo_core.config import ConfigError, ControlConfig
-from sapo_core.control.schedule import (DAY_NAMES, ScheduleError, fits_grid, grid_text, parse_schedule,
-                                        schedule_grid)
+from sapo_core.control.schedule import DAY_NAMES, ScheduleError, fits_grid, grid_text, parse_schedule, schedule_grid
 
 # 2026-11-23 is a Monday
 MON, TUE, FRI, SAT, SUN = "2026-11-23", "2026-11-24", "2026-11-27", "2026-11-28", "2026-11-29"
@@ -21,40 +20,46 @@ def at(day: str, hhmm: str) -> datetime:
     return datetime.fromisoformat(f"{day} {hhmm}")
 
 
-@pytest.mark.parametrize("text, day, hhmm, allowed", [
-    ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", MON, "12:00", False),
-    ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", MON, "18:00", True),
-    ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", TUE, "07:59", True),  # Monday night runs into Tuesday
-    ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", TUE, "08:00", False),  # the end is exclusive
-    ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", SAT, "07:00", True),  # Friday night, then all weekend
-    ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", SUN, "23:59", True),
-    ("sun 22:00-02:00", MON, "01:00", True),  # Sunday night wraps into the next week's Monday
-    ("sun 22:00-02:00", MON, "02:00", False),
-    ("fri-mon 10:00-11:00", SAT, "10:30", True),  # a range of days that wraps
-    ("fri-mon 10:00-11:00", TUE, "10:30", False),
-    ("mon,wed 09:00-12:00, 14:00-17:00", MON, "15:00", True),
-    ("mon,wed 09:00-12:00, 14:00-17:00", MON, "13:00", False),
-    ("weekdays 09:00-17:00", FRI, "09:00", True),
-    ("weekends 09:00-17:00", FRI, "09:00", False),
-    ("Daily 00:00-24:00", SUN, "12:34", True),
-    ("Monday 10:00-11:00", MON, "10:15", True),
-    ("", MON, "03:00", True),  # empty: any time
-])
+@pytest.mark.parametrize(
+    "text, day, hhmm, allowed",
+    [
+        ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", MON, "12:00", False),
+        ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", MON, "18:00", True),
+        ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", TUE, "07:59", True),  # Monday night runs into Tuesday
+        ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", TUE, "08:00", False),  # the end is exclusive
+        ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", SAT, "07:00", True),  # Friday night, then all weekend
+        ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", SUN, "23:59", True),
+        ("sun 22:00-02:00", MON, "01:00", True),  # Sunday night wraps into the next week's Monday
+        ("sun 22:00-02:00", MON, "02:00", False),
+        ("fri-mon 10:00-11:00", SAT, "10:30", True),  # a range of days that wraps
+        ("fri-mon 10:00-11:00", TUE, "10:30", False),
+        ("mon,wed 09:00-12:00, 14:00-17:00", MON, "15:00", True),
+        ("mon,wed 09:00-12:00, 14:00-17:00", MON, "13:00", False),
+        ("weekdays 09:00-17:00", FRI, "09:00", True),
+        ("weekends 09:00-17:00", FRI, "09:00", False),
+        ("Daily 00:00-24:00", SUN, "12:34", True),
+        ("Monday 10:00-11:00", MON, "10:15", True),
+        ("", MON, "03:00", True),  # empty: any time
+    ],
+)
 def test_allows(text, day, hhmm, allowed):
     assert parse_schedule(text).allows(at(day, hhmm)) is allowed
 
 
-@pytest.mark.parametrize("text, says", [
-    ("mon-fry 10:00-12:00", "unknown day 'fry'"),
-    ("10:00-12:00", "days then times"),
-    ("10:00-12:00 mon", "days come first"),
-    ("mon 25:00-26:00", "'25:00' is not a time of day"),
-    ("mon 24:00-02:00", "24:00 only as an end"),
-    ("mon 10:00-10:00", "is empty"),
-    ("mon 10-12", "'10' is not a time"),
-    ("mon 10:00-11:00-12:00", "is not a range"),
-    ("mon,,tue 10:00-11:00", "empty day"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("mon-fry 10:00-12:00", "unknown day 'fry'"),
+        ("10:00-12:00", "days then times"),
+        ("10:00-12:00 mon", "days come first"),
+        ("mon 25:00-26:00", "'25:00' is not a time of day"),
+        ("mon 24:00-02:00", "24:00 only as an end"),
+        ("mon 10:00-10:00", "is empty"),
+        ("mon 10-12", "'10' is not a time"),
+        ("mon 10:00-11:00-12:00", "is not a range"),
+        ("mon,,tue 10:00-11:00", "empty day"),
+    ],
+)
 def test_errors_say_what_is_wrong(text, says):
     with pytest.raises(ScheduleError, match=says) as e:
         parse_schedule(text)
@@ -79,6 +84,7 @@ def test_config_rejects_a_bad_schedule_by_its_key():
 
 # --- the weekly grid ------------------------------------------------------------------------------
 
+
 def grid_of(text: str, slots: int = 24):
     return schedule_grid(parse_schedule(text), slots)
 
@@ -91,8 +97,12 @@ def test_grid_cells_are_the_slots_the_schedule_allows():
     g = grid_of("mon-fri 18:00-08:00; sat-sun 00:00-24:00")
     assert len(g) == 7 and all(len(row) == 24 for row in g)
     evenings_and_mornings = {(d, h) for d in range(1, 5) for h in (*range(8), *range(18, 24))}
-    assert cells(g) == ({(0, h) for h in range(18, 24)} | evenings_and_mornings
-                        | {(5, h) for h in range(24)} | {(6, h) for h in range(24)})
+    assert cells(g) == (
+        {(0, h) for h in range(18, 24)}
+        | evenings_and_mornings
+        | {(5, h) for h in range(24)}
+        | {(6, h) for h in range(24)}
+    )
     assert grid_of("sun 22:00-02:00") == grid_of("sun 22:00-24:00; mon 00:00-02:00")  # wraps into Monday
     assert cells(grid_of("")) == {(d, h) for d in range(7) for h in range(24)}  # empty: any time
     assert cells(grid_of("wed 09:30-10:00", 48)) == {(2, 19)}
@@ -112,21 +122,24 @@ def test_a_time_off_the_grid_shows_the_slots_it_touches_and_says_so():
     assert fits_grid(parse_schedule("tue 09:30-10:00"), 48) and not fits_grid(parse_schedule("tue 09:30-10:00"), 24)
 
 
-@pytest.mark.parametrize("text, shortest", [
-    ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", "mon-fri 18:00-08:00; sat-sun 00:00-24:00"),
-    ("weekdays 18:00-24:00; tue-sat 00:00-08:00", "mon-fri 18:00-08:00"),  # evenings joined to the next morning
-    ("Daily 22:00-07:00", "daily 22:00-07:00"),
-    ("sun 22:00-24:00; mon 00:00-02:00", "sun 22:00-02:00"),  # overnight across the week's end
-    ("sat,sun,mon 10:00-11:00", "sat-mon 10:00-11:00"),  # a run of days that wraps
-    ("mon,wed,fri 09:00-12:00, 14:00-17:00", "mon,wed,fri 09:00-12:00, 14:00-17:00"),
-    ("weekdays 09:00-17:00", "mon-fri 09:00-17:00"),
-    ("monday 00:00-24:00", "mon 00:00-24:00"),
-    ("mon 18:00-24:00; tue 00:00-18:00", "mon 18:00-24:00; tue 00:00-18:00"),  # 24 h cannot be one range
-    ("mon-fri 00:00-08:00, 18:00-24:00", "mon-fri 00:00-08:00, 18:00-24:00"),  # shorter than overnight ranges
-    ("daily 00:00-24:00", ""),  # all week = any time
-    ("mon-sat 00:00-24:00", "mon-sat 00:00-24:00"),
-    ("thu 23:00-24:00", "thu 23:00-24:00"),
-])
+@pytest.mark.parametrize(
+    "text, shortest",
+    [
+        ("mon-fri 18:00-08:00; sat-sun 00:00-24:00", "mon-fri 18:00-08:00; sat-sun 00:00-24:00"),
+        ("weekdays 18:00-24:00; tue-sat 00:00-08:00", "mon-fri 18:00-08:00"),  # evenings joined to the next morning
+        ("Daily 22:00-07:00", "daily 22:00-07:00"),
+        ("sun 22:00-24:00; mon 00:00-02:00", "sun 22:00-02:00"),  # overnight across the week's end
+        ("sat,sun,mon 10:00-11:00", "sat-mon 10:00-11:00"),  # a run of days that wraps
+        ("mon,wed,fri 09:00-12:00, 14:00-17:00", "mon,wed,fri 09:00-12:00, 14:00-17:00"),
+        ("weekdays 09:00-17:00", "mon-fri 09:00-17:00"),
+        ("monday 00:00-24:00", "mon 00:00-24:00"),
+        ("mon 18:00-24:00; tue 00:00-18:00", "mon 18:00-24:00; tue 00:00-18:00"),  # 24 h cannot be one range
+        ("mon-fri 00:00-08:00, 18:00-24:00", "mon-fri 00:00-08:00, 18:00-24:00"),  # shorter than overnight ranges
+        ("daily 00:00-24:00", ""),  # all week = any time
+        ("mon-sat 00:00-24:00", "mon-sat 00:00-24:00"),
+        ("thu 23:00-24:00", "thu 23:00-24:00"),
+    ],
+)
 def test_grid_text_is_the_shortest_readable_wording(text, shortest):
     g = grid_of(text)
     assert grid_text(g) == shortest
@@ -195,7 +208,7 @@ def test_random_grids_round_trip_through_the_text(slots):
                 start, length = rng.randrange(7 * slots), rng.randint(1, 3 * slots)
                 for k in range(start, start + length):
                     week[k % (7 * slots)] = not week[k % (7 * slots)] if i % 6 == 5 else True
-            g = tuple(tuple(week[d * slots:(d + 1) * slots]) for d in range(7))
+            g = tuple(tuple(week[d * slots : (d + 1) * slots]) for d in range(7))
         if not cells(g):
             continue
         text = grid_text(g)

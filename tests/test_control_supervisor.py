@@ -16,8 +16,10 @@ from sapo_core.control.supervisor import NodeSupervisor
 
 from helpers import light_config
 
-pytestmark = [pytest.mark.node_process,
-              pytest.mark.skipif(sys.platform == "win32", reason="kills nodes with POSIX signals")]
+pytestmark = [
+    pytest.mark.node_process,
+    pytest.mark.skipif(sys.platform == "win32", reason="kills nodes with POSIX signals"),
+]
 
 START = 300
 
@@ -59,8 +61,9 @@ def test_a_killed_node_is_restarted_with_the_volunteers_controls(env, tmp_path):
 def test_a_node_that_cannot_run_as_configured_is_not_restarted(env, tmp_path):
     sup = NodeSupervisor(env=env, backoff_first=0.1)
     sup.start(tiny(tmp_path, **{"model.name": "no-such-model"}))
-    gave_up = sup.wait_for(lambda e: isinstance(e, P.State) and e.state == P.CRASHED and "not restarting" in e.reason,
-                           START)
+    gave_up = sup.wait_for(
+        lambda e: isinstance(e, P.State) and e.state == P.CRASHED and "not restarting" in e.reason, START
+    )
     assert "no-such-model" in gave_up.reason
     assert sup.gave_up and sup.restarts == 0 and sup.last_crash.returncode == P.EXIT_CONFIG
 

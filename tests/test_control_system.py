@@ -24,8 +24,9 @@ def test_real_probe_reads_this_machine():
 
 def test_fake_file_replaces_only_what_it_names(tmp_path, monkeypatch):
     path = tmp_path / "machine.json"
-    path.write_text(json.dumps({"on_battery": True, "idle_seconds": None, "now": "2026-11-25T12:00:00",
-                                "not_a_reading": 1}))
+    path.write_text(
+        json.dumps({"on_battery": True, "idle_seconds": None, "now": "2026-11-25T12:00:00", "not_a_reading": 1})
+    )
     monkeypatch.setenv(FAKE_ENV, str(path))
     probe = probe_from_env()
     assert isinstance(probe, FakeFileProbe)

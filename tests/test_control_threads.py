@@ -13,8 +13,9 @@ from sapo_core.cpu import tree_cpu_seconds
 
 
 def gov(**kw) -> ThreadGovernor:
-    return ThreadGovernor.for_config(cores=2, max_cpus_percent=100, leave_cores=0, fixed=kw.pop("fixed", 0),
-                                     start=kw.pop("start", 2))
+    return ThreadGovernor.for_config(
+        cores=2, max_cpus_percent=100, leave_cores=0, fixed=kw.pop("fixed", 0), start=kw.pop("start", 2)
+    )
 
 
 def test_steps_down_after_two_busy_readings_and_up_after_five_quiet_ones():

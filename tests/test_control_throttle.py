@@ -16,15 +16,18 @@ class Clock:
         return self.t
 
 
-@pytest.mark.parametrize("share, work, owed", [
-    (0.5, 0.2, 0.2),  # half: sleep as long as it worked
-    (0.25, 0.2, 0.6),  # a quarter: three times as long
-    (0.75, 0.31, 0.31 / 3),  # at 75 % the burst is 0.3 s, so that the sleep is a quantum
-    (0.75, 0.2, 0.0),
-    (1.0, 5.0, 0.0),  # no throttle
-    (0.5, 0.05, 0.0),  # under a quantum: not yet
-    (0.05, 10.0, MAX_SLEEP),  # capped
-])
+@pytest.mark.parametrize(
+    "share, work, owed",
+    [
+        (0.5, 0.2, 0.2),  # half: sleep as long as it worked
+        (0.25, 0.2, 0.6),  # a quarter: three times as long
+        (0.75, 0.31, 0.31 / 3),  # at 75 % the burst is 0.3 s, so that the sleep is a quantum
+        (0.75, 0.2, 0.0),
+        (1.0, 5.0, 0.0),  # no throttle
+        (0.5, 0.05, 0.0),  # under a quantum: not yet
+        (0.05, 10.0, MAX_SLEEP),  # capped
+    ],
+)
 def test_owed(share, work, owed):
     clock = Clock()
     d = DutyCycle(share, quantum=0.1, clock=clock)

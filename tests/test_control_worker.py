@@ -27,8 +27,11 @@ ROUND = 120
 
 
 def tiny(run_dir: Path, **changes) -> NodeConfig:
-    return light_config(run_dir, max_new_tokens=24, **{"train.kl_beta": 0.01, "train.steps_per_round": 1,
-                                                           "sampler.threads": 1, **changes})
+    return light_config(
+        run_dir,
+        max_new_tokens=24,
+        **{"train.kl_beta": 0.01, "train.steps_per_round": 1, "sampler.threads": 1, **changes},
+    )
 
 
 def stored_rounds(run_dir: Path) -> list[int]:
@@ -128,8 +131,9 @@ def test_stop_mid_round_keeps_completed_rounds_and_the_next_start_continues(env,
     events = []
     while (ev := client.next_event(0)) is not None:
         events.append(ev)
-    assert any(isinstance(e, P.Log) and "stopped during round" in e.message for e in events) or \
-        any(isinstance(e, P.RoundDone) and e.round == at.round for e in events)  # or it had just finished
+    assert any(isinstance(e, P.Log) and "stopped during round" in e.message for e in events) or any(
+        isinstance(e, P.RoundDone) and e.round == at.round for e in events
+    )  # or it had just finished
     kept = stored_rounds(run)
     assert kept == list(range(1, len(kept) + 1))
 
@@ -177,9 +181,15 @@ def test_the_swarm_answers_while_the_node_is_paused_or_throttled(env, tmp_path):
     from sapo_core.swarm.source import open_swarm
     from sapo_core.tasks import TaskSet
 
-    swarm = {"swarm.enabled": True, "swarm.swarm_name": "control-test", "round.external_groups": 1,
-             "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "swarm.identity_path": str(tmp_path / "node.key"),
-             "swarm.publish_timeout": 3.0, "swarm.gather_timeout": 3.0}
+    swarm = {
+        "swarm.enabled": True,
+        "swarm.swarm_name": "control-test",
+        "round.external_groups": 1,
+        "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+        "swarm.identity_path": str(tmp_path / "node.key"),
+        "swarm.publish_timeout": 3.0,
+        "swarm.gather_timeout": 3.0,
+    }
     client = NodeClient(env=env)
     client.start(tiny(tmp_path / "run", **swarm))
     joiners = []
@@ -193,9 +203,13 @@ def test_the_swarm_answers_while_the_node_is_paused_or_throttled(env, tmp_path):
             if held == "throttled":
                 client.resume()
                 client.wait_state(P.RUNNING, timeout=60)
-            cfg = SwarmConfig(swarm_name="control-test", initial_peers=[info.join_address],
-                              host_maddrs=["/ip4/127.0.0.1/tcp/0"], join_timeout=5.0,
-                              identity_path=str(tmp_path / f"joiner-{held}.key"))
+            cfg = SwarmConfig(
+                swarm_name="control-test",
+                initial_peers=[info.join_address],
+                host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                join_timeout=5.0,
+                identity_path=str(tmp_path / f"joiner-{held}.key"),
+            )
             joiner = open_swarm(cfg, TaskSet(TaskConfig(), seed=0), tmp_path / held, NullHooks())
             joiners.append(joiner)
             deadline = time.monotonic() + 30
@@ -214,8 +228,16 @@ def test_a_pause_suspends_the_llamacpp_sampler_at_once_and_resume_lets_it_go_on(
     during sampling suspends that child (and only it); resume continues the same round."""
     import psutil
 
-    cfg = tiny(tmp_path / "run", **{"model.name": "smollm2-135m-instruct", "sampler.backend": "llamacpp",
-                                    "sampler.max_new_tokens": 48, "sampler.group_size": 4, "sampler.threads": 0})
+    cfg = tiny(
+        tmp_path / "run",
+        **{
+            "model.name": "smollm2-135m-instruct",
+            "sampler.backend": "llamacpp",
+            "sampler.max_new_tokens": 48,
+            "sampler.group_size": 4,
+            "sampler.threads": 0,
+        },
+    )
     client = NodeClient(env=env)
     client.start(cfg)
     try:
@@ -253,8 +275,13 @@ def _node_downloading(env, tmp_path, entry, trickle_seconds: float):
 
     from fakehub import FakeHub
 
-    with FakeHub(DOWNLOAD_PAYLOAD, repo=entry.repo, revision=entry.revision, filename=entry.filename,
-                 trickle_seconds=trickle_seconds) as hub:
+    with FakeHub(
+        DOWNLOAD_PAYLOAD,
+        repo=entry.repo,
+        revision=entry.revision,
+        filename=entry.filename,
+        trickle_seconds=trickle_seconds,
+    ) as hub:
         node_env = {k: v for k, v in env.items() if k not in _PROXY_VARS}
         node_env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
         client = NodeClient(env=node_env)

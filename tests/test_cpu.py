@@ -13,8 +13,13 @@ from sapo_core.cpu import busy_seconds, physical_cores, tree_cpu_seconds, tree_u
 
 def test_a_child_s_cpu_counts_in_its_parent_s_tree():
     before_tree, before_me = tree_cpu_seconds(), psutil.Process().cpu_times()
-    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
-                              "while time.process_time() - t < 0.6: pass\ntime.sleep(30)"])
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)",
+        ]
+    )
     try:
         deadline = time.monotonic() + 20
         while psutil.Process(child.pid).cpu_times().user < 0.5 and time.monotonic() < deadline:

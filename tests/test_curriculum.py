@@ -114,12 +114,15 @@ def test_loaded_level_below_a_raised_floor_is_lifted():
     assert d.level_name("a") == "medium" and d.accuracy("a") is None
 
 
-@pytest.mark.parametrize("state, match", [
-    ({"version": 99, "levels": {}, "results": {}}, "version"),
-    ({"version": 1, "levels": {"a": "extreme"}, "results": {}}, "no level"),
-    ({"version": 1, "levels": {"a": "easy"}, "results": {"a": 3}}, "not a list"),
-    ({"version": 1, "levels": [], "results": {}}, "table"),
-])
+@pytest.mark.parametrize(
+    "state, match",
+    [
+        ({"version": 99, "levels": {}, "results": {}}, "version"),
+        ({"version": 1, "levels": {"a": "extreme"}, "results": {}}, "no level"),
+        ({"version": 1, "levels": {"a": "easy"}, "results": {"a": 3}}, "not a list"),
+        ({"version": 1, "levels": [], "results": {}}, "table"),
+    ],
+)
 def test_bad_states_are_rejected(state, match):
     with pytest.raises(ValueError, match=match):
         make().load_state_dict(state)

@@ -12,8 +12,8 @@ import pytest
 
 from sapo_core.cli import main
 from sapo_core.commands.stats import gather_stats
-from sapo_core.daily import by_day, contribution_by_day, day_bounds, pause_after, running_intervals
 from sapo_core.contributions import contribution_totals
+from sapo_core.daily import by_day, contribution_by_day, day_bounds, pause_after, running_intervals
 from sapo_core.store import STORE_NAME, RunStore
 
 
@@ -68,8 +68,12 @@ def test_days_split_rounds_at_midnight_and_count_pauses_out(tmp_path, local_zone
     r = _rounds(s, r, _at(d[3], 23, 55), 1)
     # today: two rounds before noon, and one older than the 14 days shown
     r = _rounds(s, r, _at(d[0], 10), 2)
-    s.record_round(r, {"cpu/seconds": 99.0}, started=_at(today - dt.timedelta(days=20), 9),
-                   ended=_at(today - dt.timedelta(days=20), 9, 10))
+    s.record_round(
+        r,
+        {"cpu/seconds": 99.0},
+        started=_at(today - dt.timedelta(days=20), 9),
+        ended=_at(today - dt.timedelta(days=20), 9, 10),
+    )
     s.record_receipts(7, [("peerA", 2, 0), ("peerB", 2, 1)], seen=_at(d[5], 13, 30))
     s.record_receipts(8, [("peerA", 9, 0)], seen=_at(d[0], 10, 30))
     daily = contribution_by_day(s, now=now)
@@ -86,13 +90,22 @@ def test_days_split_rounds_at_midnight_and_count_pauses_out(tmp_path, local_zone
     assert days[today.isoformat()]["seconds"] == 1200 and days[today.isoformat()]["receipts"] == 1
     for k in (1, 4, 6, 13):  # days with nothing
         assert days[d[k].isoformat()] | {"date": "", "start": 0, "end": 0} == {
-            "date": "", "start": 0, "end": 0, "seconds": 0.0, "cpu_hours": 0.0, "rounds": 0,
-            "groups_published": 0.0, "receipts": 0}
+            "date": "",
+            "start": 0,
+            "end": 0,
+            "seconds": 0.0,
+            "cpu_hours": 0.0,
+            "rounds": 0,
+            "groups_published": 0.0,
+            "receipts": 0,
+        }
 
     # running intervals: the morning run, the afternoon run, the midnight round, today's run
     running = daily["running"]
     assert [(round(a - _at(d[5], 9)), round(b - _at(d[5], 9))) for a, b in running[:2]] == [
-        (0, 6 * 610 - 10), (4 * 3600, 4 * 3600 + 3 * 610 - 10)]
+        (0, 6 * 610 - 10),
+        (4 * 3600, 4 * 3600 + 3 * 610 - 10),
+    ]
     assert len(running) == 4 and running[2] == [_at(d[3], 23, 55), _at(d[2], 0, 5)]
     assert running[3] == [_at(d[0], 10), _at(d[0], 10) + 1210]
     # the figures agree with the totals the card shows

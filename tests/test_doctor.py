@@ -64,8 +64,10 @@ def test_probe_payload_is_the_last_json_line_and_absent_when_the_child_printed_n
     assert _probe({"a": 1}).payload == {"a": 1}
     assert _probe(None).payload is None
     assert _probe(None).failure() == "failed: exit code 0"
-    assert _probe(None, 1, "Traceback...\nImportError: libEGL.so.1: cannot open\n").failure() == \
-        "failed: ImportError: libEGL.so.1: cannot open"
+    assert (
+        _probe(None, 1, "Traceback...\nImportError: libEGL.so.1: cannot open\n").failure()
+        == "failed: ImportError: libEGL.so.1: cannot open"
+    )
 
 
 # --- judges ------------------------------------------------------------------------------------
@@ -99,8 +101,16 @@ def test_python_check(version: tuple[int, int, int], status: str) -> None:
     assert doctor.judge_python(version, "/usr/bin/python3").status == status
 
 
-TORCH_CPU = {"version": "2.13.0+cpu", "cuda": None, "cuda_available": False, "gpus": [], "mps": False,
-             "device": "cpu", "threads": 2, "op_ok": True}
+TORCH_CPU = {
+    "version": "2.13.0+cpu",
+    "cuda": None,
+    "cuda_available": False,
+    "gpus": [],
+    "mps": False,
+    "device": "cpu",
+    "threads": 2,
+    "op_ok": True,
+}
 
 
 def test_torch_check_cases() -> None:
@@ -136,16 +146,35 @@ def test_report_shows_fixes_only_for_problems() -> None:
 
 
 def test_cli_exits_non_zero_and_says_what_to_do_when_the_model_is_missing(tmp_path: Path, capsys) -> None:
-    code = cli.main(["doctor", "--only", "model,disk,llama.cpp", "--model", str(tmp_path / "gone.gguf"),
-                     "--data-dir", str(tmp_path)])
+    code = cli.main(
+        [
+            "doctor",
+            "--only",
+            "model,disk,llama.cpp",
+            "--model",
+            str(tmp_path / "gone.gguf"),
+            "--data-dir",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert "FAIL  model" in out and "fix:" in out and "gone.gguf is missing" in out
 
 
 def test_cli_json_and_unknown_check(tmp_path: Path, gguf: Path, capsys) -> None:
-    code = cli.main(["doctor", "--json", "--only", "model,disk,python", "--model", str(gguf),
-                     "--data-dir", str(tmp_path / "not" / "yet")])
+    code = cli.main(
+        [
+            "doctor",
+            "--json",
+            "--only",
+            "model,disk,python",
+            "--model",
+            str(gguf),
+            "--data-dir",
+            str(tmp_path / "not" / "yet"),
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == (0 if report["ok"] else 1)
     assert [c["name"] for c in report["checks"]] == ["python", "model", "disk"]
@@ -157,8 +186,9 @@ def test_cli_json_and_unknown_check(tmp_path: Path, gguf: Path, capsys) -> None:
 @pytest.mark.network
 def test_real_doctor_on_this_machine_passes() -> None:
     """Real torch, llama.cpp on the embedded model, two hivemind DHTs on loopback, Qt offscreen."""
-    proc = subprocess.run([sys.executable, "-m", "sapo_core.cli", "doctor", "--json"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sapo_core.cli", "doctor", "--json"], capture_output=True, text=True, timeout=600
+    )
     report = json.loads(proc.stdout)
     by_name = {c["name"]: c for c in report["checks"]}
     assert list(by_name) == list(doctor.CHECK_NAMES)

@@ -13,8 +13,20 @@ import torch
 
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, PAPER_SPECIALTIES, ModelConfig, TaskConfig
 from sapo_core.evaluation import (
-    EVAL_SEED, MAX_EVAL_QUESTIONS, EvalScores, EvalSettings, Evaluator, HeldOut, base_weights, eval_question,
-    eval_set, gains_by_dataset, load_cached, paired_bootstrap, set_name, summarize,
+    EVAL_SEED,
+    MAX_EVAL_QUESTIONS,
+    EvalScores,
+    EvalSettings,
+    Evaluator,
+    HeldOut,
+    base_weights,
+    eval_question,
+    eval_set,
+    gains_by_dataset,
+    load_cached,
+    paired_bootstrap,
+    set_name,
+    summarize,
 )
 from sapo_core.tasks import LEVELS, MAX_INDEX, MAX_SEED, TaskSet, _generate
 
@@ -37,8 +49,10 @@ def test_the_set_is_the_same_every_time_and_in_a_fresh_process():
     b = eval_set(DEFAULT, levels, 5)
     assert [(q.id, q.text, q.answer) for q in a] == [(q.id, q.text, q.answer) for q in b]
     assert len(a) == 15 and all(q.id.seed == EVAL_SEED for q in a)
-    script = ("import json\nfrom sapo_core.evaluation import eval_set, set_name\n"
-              f"print(json.dumps(set_name(eval_set({list(DEFAULT)!r}, {levels!r}, 5))))")
+    script = (
+        "import json\nfrom sapo_core.evaluation import eval_set, set_name\n"
+        f"print(json.dumps(set_name(eval_set({list(DEFAULT)!r}, {levels!r}, 5))))"
+    )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == set_name(a)
 
@@ -57,8 +71,9 @@ def test_training_never_draws_a_held_out_question():
     for q in drawn:
         assert q.text not in held.texts(q.id.dataset, 0)
     unfiltered = TaskSet(TaskConfig(), seed=7)
-    collisions = [q for r in range(150) for q in unfiltered.sample_questions(r, 4)
-                  if q.text in held.texts(q.id.dataset, 0)]
+    collisions = [
+        q for r in range(150) for q in unfiltered.sample_questions(r, 4) if q.text in held.texts(q.id.dataset, 0)
+    ]
     assert collisions  # without the filter training would see some of them
 
 
@@ -77,8 +92,13 @@ def test_paired_bootstrap_by_hand():
 
 def _scores(solved, datasets=None, greedy=()):
     n = len(solved)
-    return EvalScores(keys=[f"q{i}" for i in range(n)], datasets=datasets or ["a"] * n, solved=solved,
-                      rewards=[[x * 1.0 for x in s] for s in solved], greedy=list(greedy))
+    return EvalScores(
+        keys=[f"q{i}" for i in range(n)],
+        datasets=datasets or ["a"] * n,
+        solved=solved,
+        rewards=[[x * 1.0 for x in s] for s in solved],
+        greedy=list(greedy),
+    )
 
 
 def test_summarize_names_the_figures_as_the_interface_says():
@@ -105,8 +125,13 @@ def tiny(tmp_path_factory):
     from sapo_core.policy import load_policy
     from sapo_core.sampler.transformers import TransformersSampler
 
-    policy = load_policy(ModelConfig(name="tiny-random"), None, paths.cache_dir() / "hf", seed=1,
-                         tokenizer_gguf=modelfiles.embedded_gguf_path())
+    policy = load_policy(
+        ModelConfig(name="tiny-random"),
+        None,
+        paths.cache_dir() / "hf",
+        seed=1,
+        tokenizer_gguf=modelfiles.embedded_gguf_path(),
+    )
     return policy, TransformersSampler(policy)
 
 
@@ -163,8 +188,9 @@ def test_levels_above_the_start_are_measured_too(tiny, tmp_path):
     tasks.observe(Group(question=q, completions=[Completion(text=f"Answer: {q.answer}")] * 4))
     assert tasks.curriculum.level("basic_arithmetic") == 1
     hooks = _Hooks()
-    m = Evaluator(tasks, EvalSettings(samples=1, greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=4), 2,
-                  tmp_path).run(sampler, policy, hooks)
+    m = Evaluator(
+        tasks, EvalSettings(samples=1, greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=4), 2, tmp_path
+    ).run(sampler, policy, hooks)
     assert "eval/basic_arithmetic/level_solve_rate" in m and "eval/level_solve_rate" in m
     assert hooks.phases == {"eval"}
     assert LEVELS  # the module's levels are what the set is built from
@@ -177,6 +203,7 @@ def test_sapo_node_eval_compares_a_checkpoint_with_the_base(tmp_path, data_dir):
     from sapo_core.cli import main
     from sapo_core.commands.eval import checkpoint_dir, evaluate_run, format_table
     from sapo_core.node import Node
+
     from helpers import light_config
 
     run = tmp_path / "run"
@@ -196,13 +223,17 @@ def test_sapo_node_eval_compares_a_checkpoint_with_the_base(tmp_path, data_dir):
 
 @pytest.mark.node_process
 def test_a_run_of_set_length_ends_with_an_evaluation_in_its_last_round(tmp_path, tmp_path_factory):
-    from helpers import light_config, light_env
     from sapo_core.control import protocol as P
     from sapo_core.control.client import NodeClient
 
+    from helpers import light_config, light_env
+
     client = NodeClient(env=light_env(tmp_path, tmp_path_factory), heartbeat_timeout=None)
-    cfg = light_config(tmp_path / "run", max_new_tokens=4, **{"eval.enabled": True, "eval.questions": 1,
-                                                               "eval.samples": 1, "eval.every_rounds": 0})
+    cfg = light_config(
+        tmp_path / "run",
+        max_new_tokens=4,
+        **{"eval.enabled": True, "eval.questions": 1, "eval.samples": 1, "eval.every_rounds": 0},
+    )
     client.start(cfg, rounds=2)
     done = {}
     try:

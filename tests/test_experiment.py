@@ -10,8 +10,17 @@ import sys
 import pytest
 
 from sapo_core.experiment import (
-    CSV_FIELDS, PLOT_NEEDS_MATPLOTLIB, build_parser, difference, final_solve_rates, main, mean_ci, node_config,
-    parse_configs, training_difference, write_outputs,
+    CSV_FIELDS,
+    PLOT_NEEDS_MATPLOTLIB,
+    build_parser,
+    difference,
+    final_solve_rates,
+    main,
+    mean_ci,
+    node_config,
+    parse_configs,
+    training_difference,
+    write_outputs,
 )
 
 
@@ -23,17 +32,36 @@ def test_parse_configs():
 
 
 def _row(seed, config, node, rnd, held=""):
-    return {"seed": seed, "config": config, "node": node, "round": rnd, "reward_mean": 0.0, "solve_rate": 0.0,
-            "groups_local_with_signal": 0, "groups_external": 1 if config == "1/1" else 0, "groups_trained": 1,
-            "round_seconds": 1.0, "eval_solve_rate": held, "eval_solve_rate_base": 0.1}
+    return {
+        "seed": seed,
+        "config": config,
+        "node": node,
+        "round": rnd,
+        "reward_mean": 0.0,
+        "solve_rate": 0.0,
+        "groups_local_with_signal": 0,
+        "groups_external": 1 if config == "1/1" else 0,
+        "groups_trained": 1,
+        "round_seconds": 1.0,
+        "eval_solve_rate": held,
+        "eval_solve_rate_base": 0.1,
+    }
 
 
 ROWS = [
     # seed 0: isolated nodes end at 0.2 and 0.4, sharing at 0.5 and 0.5 -> +0.2
-    _row(0, "2/0", 0, 1, 0.1), _row(0, "2/0", 0, 2, 0.2), _row(0, "2/0", 1, 2, 0.4), _row(0, "2/0", 1, 1),
-    _row(0, "1/1", 0, 2, 0.5), _row(0, "1/1", 1, 2, 0.5), _row(0, "1/1", 1, 1, 0.9),
+    _row(0, "2/0", 0, 1, 0.1),
+    _row(0, "2/0", 0, 2, 0.2),
+    _row(0, "2/0", 1, 2, 0.4),
+    _row(0, "2/0", 1, 1),
+    _row(0, "1/1", 0, 2, 0.5),
+    _row(0, "1/1", 1, 2, 0.5),
+    _row(0, "1/1", 1, 1, 0.9),
     # seed 1: 0.3 against 0.3 -> 0; seed 2: 0.5 against 0.4 -> -0.1
-    _row(1, "2/0", 0, 2, 0.3), _row(1, "1/1", 0, 2, 0.3), _row(2, "2/0", 0, 2, 0.5), _row(2, "1/1", 0, 2, 0.4),
+    _row(1, "2/0", 0, 2, 0.3),
+    _row(1, "1/1", 0, 2, 0.3),
+    _row(2, "2/0", 0, 2, 0.5),
+    _row(2, "1/1", 0, 2, 0.4),
 ]
 
 
@@ -93,9 +121,37 @@ def test_node_configs_share_identities_across_configurations_not_swarms(tmp_path
 @pytest.mark.network
 def test_a_dry_run_of_two_seeds_end_to_end(tmp_path, data_dir):
     out = tmp_path / "out"
-    assert main(["--model", "tiny-random", "--nodes", "2", "--seeds", "2", "--rounds", "2", "--configs", "1/0,1/1",
-                 "--eval-every", "1", "--eval-questions", "1", "--eval-samples", "1", "--group-size", "2",
-                 "--max-new-tokens", "4", "--threads", "1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                "tiny-random",
+                "--nodes",
+                "2",
+                "--seeds",
+                "2",
+                "--rounds",
+                "2",
+                "--configs",
+                "1/0,1/1",
+                "--eval-every",
+                "1",
+                "--eval-questions",
+                "1",
+                "--eval-samples",
+                "1",
+                "--group-size",
+                "2",
+                "--max-new-tokens",
+                "4",
+                "--threads",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     with open(out / "experiment.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 2 * 2 * 2  # seeds x configs x nodes x rounds
@@ -109,13 +165,44 @@ def test_runs_in_parallel_processes_write_the_same_rows(tmp_path, data_dir):
     """--jobs 2: each (seed, configuration) in a spawned process of its own; the rows come back in
     the order one process writes them, the sharing run's identities made before the runs start."""
     out = tmp_path / "out"
-    assert main(["--model", "tiny-random", "--nodes", "2", "--seeds", "1", "--rounds", "2", "--configs", "1/0,1/1",
-                 "--eval-every", "2", "--eval-questions", "1", "--eval-samples", "1", "--group-size", "2",
-                 "--max-new-tokens", "4", "--threads", "1", "--jobs", "2", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                "tiny-random",
+                "--nodes",
+                "2",
+                "--seeds",
+                "1",
+                "--rounds",
+                "2",
+                "--configs",
+                "1/0,1/1",
+                "--eval-every",
+                "2",
+                "--eval-questions",
+                "1",
+                "--eval-samples",
+                "1",
+                "--group-size",
+                "2",
+                "--max-new-tokens",
+                "4",
+                "--threads",
+                "1",
+                "--jobs",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     with open(out / "experiment.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["config"], r["round"], r["node"]) for r in rows] == [
-        (c, str(r), str(n)) for c in ("1/0", "1/1") for r in (1, 2) for n in (0, 1)]
+        (c, str(r), str(n)) for c in ("1/0", "1/1") for r in (1, 2) for n in (0, 1)
+    ]
     assert sorted(p.name for p in (out / "identities").iterdir()) == ["seed0-node0.key", "seed0-node1.key"]
     assert "1/1 - 1/0" in (out / "summary.txt").read_text()
 

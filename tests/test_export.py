@@ -51,8 +51,8 @@ def test_missing_round_names_the_kept_ones(run_dir, tmp_path):
 def test_peft_adapter_loads_over_the_base_and_gives_the_trainer_logits(run_dir, tmp_path):
     from peft import PeftModel
 
-    from sapo_core.policy import load_base
     from sapo_core.modelfiles import embedded_gguf_path
+    from sapo_core.policy import load_base
 
     files = {f.name for f in export(ExportRequest(run_dir=run_dir, output=tmp_path / "peft", format="peft"))}
     assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= files
@@ -82,8 +82,9 @@ def test_hf_folder_loads_with_transformers_and_equals_the_merged_policy(run_dir,
     trained = load_trained(run_dir)
     ids = torch.tensor([tok("The capital of France is")["input_ids"]])
     with torch.no_grad():
-        torch.testing.assert_close(model(input_ids=ids).logits, trained.policy.model(input_ids=ids).logits,
-                                   atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(
+            model(input_ids=ids).logits, trained.policy.model(input_ids=ids).logits, atol=1e-3, rtol=1e-3
+        )
 
 
 def _llama_logprobs(path: Path, prompt: list[int], completion: list[int]) -> list[float]:
@@ -107,14 +108,17 @@ def test_merged_gguf_loads_in_llama_cpp_with_the_trainer_logprobs(run_dir, tmp_p
     from sapo_core.sampler.llamacpp import logprob_drift, trainer_logprobs
 
     out = tmp_path / quant
-    files = export(ExportRequest(run_dir=run_dir, output=out, format="ollama" if quant == "q8_0" else "gguf",
-                                 quant=quant))
+    files = export(
+        ExportRequest(run_dir=run_dir, output=out, format="ollama" if quant == "q8_0" else "gguf", quant=quant)
+    )
     gguf = next(f for f in files if f.suffix == ".gguf")
     trained = load_trained(run_dir)
     policy = trained.policy
-    texts = [("Calculate 12 + 30. End with 'Answer: N'.", "12 + 30 = 42, so the sum is forty-two.\nAnswer: 42"),
-             ("Simplify the fraction 18/24.", "Both divide by 6: 18/24 = 3/4.\nAnswer: 3/4"),
-             ("What day of the week is 3 days after Monday?", "Tuesday, Wednesday, Thursday.\nAnswer: Thursday")]
+    texts = [
+        ("Calculate 12 + 30. End with 'Answer: N'.", "12 + 30 = 42, so the sum is forty-two.\nAnswer: 42"),
+        ("Simplify the fraction 18/24.", "Both divide by 6: 18/24 = 3/4.\nAnswer: 3/4"),
+        ("What day of the week is 3 days after Monday?", "Tuesday, Wednesday, Thursday.\nAnswer: Thursday"),
+    ]
     ours, theirs, plain = [], [], []
     for question, answer in texts:
         prompt = policy.encode_prompt([{"role": "user", "content": question}])
@@ -123,12 +127,14 @@ def test_merged_gguf_loads_in_llama_cpp_with_the_trainer_logprobs(run_dir, tmp_p
         theirs.append(trainer_logprobs(policy, prompt, [completion])[0])
     drift = logprob_drift(ours, theirs)
     policy.model.disable_adapter_layers()
-    for (question, answer) in texts:
+    for question, answer in texts:
         prompt = policy.encode_prompt([{"role": "user", "content": question}])
         plain.append(trainer_logprobs(policy, prompt, [policy.encode_completion(answer)])[0])
     base = logprob_drift(plain, theirs)
-    print(f"merged {quant} GGUF vs trainer: {drift:.4f} nats/token over {sum(map(len, theirs))} tokens; "
-          f"base vs trained {base:.4f}; {gguf.stat().st_size / 1e6:.0f} MB")
+    print(
+        f"merged {quant} GGUF vs trainer: {drift:.4f} nats/token over {sum(map(len, theirs))} tokens; "
+        f"base vs trained {base:.4f}; {gguf.stat().st_size / 1e6:.0f} MB"
+    )
     # F16 is the exact merge (0.0026 over these 60 tokens). Q8_0 adds llama.cpp's 8-bit rounding of
     # weights and activations in every layer: 0.070 here, about as far as the node's own Q4_1
     # sampler is from the trainer; keeping the output matrix in F16 gave 0.063 for 18 % more bytes,

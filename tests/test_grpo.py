@@ -56,8 +56,9 @@ def test_clipped_tokens_carry_no_gradient():
 
 def test_padding_is_masked():
     logp = torch.tensor([[0.1, 5.0]])
-    out, st = grpo.clipped_surrogate(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.tensor([[1.0, 0.0]]),
-                                     0.2, 0.28)
+    out, st = grpo.clipped_surrogate(
+        logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.tensor([[1.0, 0.0]]), 0.2, 0.28
+    )
     assert out[0, 1].item() == 0.0
     assert st.clipped_high.item() == 0.0  # the padded token's huge ratio is not counted
 

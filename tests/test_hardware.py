@@ -26,8 +26,10 @@ def test_detects_this_machine(tmp_path: Path) -> None:
     assert p.cpu_logical.value == len(os.sched_getaffinity(0))
     assert 1 <= p.cpu_physical.value <= p.cpu_logical.value
     assert p.cpu_physical.value == min(psutil.cpu_count(logical=False), p.cpu_logical.value)
-    assert p.ram_total_gb.value == pytest.approx(psutil.virtual_memory().total / 1e9, rel=1e-6) or \
-        "cgroup" in p.ram_total_gb.reason
+    assert (
+        p.ram_total_gb.value == pytest.approx(psutil.virtual_memory().total / 1e9, rel=1e-6)
+        or "cgroup" in p.ram_total_gb.reason
+    )
     assert 0 < p.ram_available_gb.value <= p.ram_total_gb.value
     assert p.disk_free_gb.value == pytest.approx(psutil.disk_usage(str(tmp_path)).free / 1e9, rel=0.01)
     assert p.device.value in DEVICES
@@ -35,8 +37,16 @@ def test_detects_this_machine(tmp_path: Path) -> None:
 
     assert bool(p.gpus.value) == torch.cuda.is_available()
     assert (p.device.value == "cuda") == torch.cuda.is_available()
-    for d in (p.cpu_physical, p.cpu_logical, p.ram_total_gb, p.ram_available_gb, p.disk_free_gb, p.gpus, p.mps,
-              p.device):
+    for d in (
+        p.cpu_physical,
+        p.cpu_logical,
+        p.ram_total_gb,
+        p.ram_available_gb,
+        p.disk_free_gb,
+        p.gpus,
+        p.mps,
+        p.device,
+    ):
         assert d.reason and "override" not in d.reason
     assert "psutil" in p.ram_total_gb.reason + p.cpu_physical.reason
     json.dumps(p.to_dict())  # the --json output
@@ -58,8 +68,12 @@ def test_environment_overrides_carry_their_reason(tmp_path: Path) -> None:
 
 
 def test_explicit_overrides_beat_the_environment(tmp_path: Path) -> None:
-    p = detect_hardware({"SAPO_RAM_GB": "32", "SAPO_RAM_AVAILABLE_GB": "20"}, env={"SAPO_RAM_GB": "8"},
-                        data_dir=tmp_path, probe_torch=False)
+    p = detect_hardware(
+        {"SAPO_RAM_GB": "32", "SAPO_RAM_AVAILABLE_GB": "20"},
+        env={"SAPO_RAM_GB": "8"},
+        data_dir=tmp_path,
+        probe_torch=False,
+    )
     assert (p.ram_total_gb.value, p.ram_available_gb.value) == (32.0, 20.0)
     assert p.ram_total_gb.reason == "override SAPO_RAM_GB=32"
 
@@ -71,13 +85,16 @@ def test_a_pretend_gpu_makes_cuda_the_device_unless_told_otherwise(tmp_path: Pat
     assert (cpu.device.value, cpu.device.reason) == ("cpu", "override SAPO_DEVICE=cpu")
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"SAPO_RAM_GB": "lots"}, "SAPO_RAM_GB='lots' is not a number; e.g. SAPO_RAM_GB=8"),
-    ({"SAPO_CPU_CORES": "2.5"}, "SAPO_CPU_CORES='2.5' is not a whole number"),
-    ({"SAPO_DISK_GB": "-1"}, "must be above 0"),
-    ({"SAPO_DEVICE": "tpu"}, "SAPO_DEVICE='tpu' is not one of cpu, cuda, mps"),
-    ({"SAPO_RAM": "8"}, "unknown hardware override 'SAPO_RAM'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"SAPO_RAM_GB": "lots"}, "SAPO_RAM_GB='lots' is not a number; e.g. SAPO_RAM_GB=8"),
+        ({"SAPO_CPU_CORES": "2.5"}, "SAPO_CPU_CORES='2.5' is not a whole number"),
+        ({"SAPO_DISK_GB": "-1"}, "must be above 0"),
+        ({"SAPO_DEVICE": "tpu"}, "SAPO_DEVICE='tpu' is not one of cpu, cuda, mps"),
+        ({"SAPO_RAM": "8"}, "unknown hardware override 'SAPO_RAM'"),
+    ],
+)
 def test_bad_overrides_say_what_to_write(tmp_path: Path, overrides: dict, message: str) -> None:
     with pytest.raises(HardwareOverrideError, match=re.escape(message)):
         detect_hardware(overrides, env={}, data_dir=tmp_path, probe_torch=False)
@@ -104,8 +121,9 @@ def test_importing_the_module_does_not_import_torch() -> None:
 
 def _sapo_node(*args: str, data_dir: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, SAPO_DATA_DIR=str(data_dir), COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "sapo_core.cli", "hardware", *args], capture_output=True,
-                          text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "sapo_core.cli", "hardware", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_cli_json_has_the_profile_the_choice_and_every_verdict(tmp_path: Path) -> None:

@@ -21,8 +21,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALLER = REPO / "installer" / "install.sh"
-INSTALL_STEPS = ["environment", "torch", "embedded model", "llama.cpp", "SAPO Swarm",
-                 "commands on PATH", "desktop entry"]
+INSTALL_STEPS = [
+    "environment",
+    "torch",
+    "embedded model",
+    "llama.cpp",
+    "SAPO Swarm",
+    "commands on PATH",
+    "desktop entry",
+]
 
 
 def _ensure_shellcheck() -> str | None:
@@ -30,8 +37,10 @@ def _ensure_shellcheck() -> str | None:
     found = shutil.which("shellcheck")
     if found or not shutil.which("apt-get") or os.geteuid() != 0:
         return found
-    for cmd in (["apt-get", "install", "-y", "-qq", "shellcheck"],
-                ["sh", "-c", "apt-get update -qq && apt-get install -y -qq shellcheck"]):
+    for cmd in (
+        ["apt-get", "install", "-y", "-qq", "shellcheck"],
+        ["sh", "-c", "apt-get update -qq && apt-get install -y -qq shellcheck"],
+    ):
         if subprocess.run(cmd, capture_output=True, timeout=600).returncode == 0:
             break
     return shutil.which("shellcheck")
@@ -40,10 +49,12 @@ def _ensure_shellcheck() -> str | None:
 def test_install_sh_is_shellcheck_clean() -> None:
     shellcheck = _ensure_shellcheck()
     if shellcheck is None:
-        pytest.skip("shellcheck is not installed and could not be installed (needs apt-get as root): "
-                    "apt-get install shellcheck")
-    proc = subprocess.run([shellcheck, "--severity=style", str(INSTALLER), str(REPO / ".ci" / "run")],
-                          capture_output=True, text=True)
+        pytest.skip(
+            "shellcheck is not installed and could not be installed (needs apt-get as root): apt-get install shellcheck"
+        )
+    proc = subprocess.run(
+        [shellcheck, "--severity=style", str(INSTALLER), str(REPO / ".ci" / "run")], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -84,19 +95,32 @@ class Install:
         self.prefix = root / "prefix"
         self.run_dir = root / "run"
         self.home.mkdir()
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("XDG_") and k not in ("SAPO_DATA_DIR", "VIRTUAL_ENV")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("XDG_") and k not in ("SAPO_DATA_DIR", "VIRTUAL_ENV")
+        }
         env.update(_machine_settings())
         env["HOME"] = str(self.home)
         self.env = env
         self.bin = self.home / ".local" / "bin"
         # Where the node keeps run data under this HOME (platformdirs' user dirs for "sapo-swarm").
-        self.run_data = [self.home / ".local" / "share" / "sapo-swarm", self.home / ".config" / "sapo-swarm",
-                         self.home / ".cache" / "sapo-swarm", self.home / ".local" / "state" / "sapo-swarm"]
+        self.run_data = [
+            self.home / ".local" / "share" / "sapo-swarm",
+            self.home / ".config" / "sapo-swarm",
+            self.home / ".cache" / "sapo-swarm",
+            self.home / ".local" / "state" / "sapo-swarm",
+        ]
 
     def install(self, *args: str, timeout: float = 2400) -> subprocess.CompletedProcess:
-        return subprocess.run([str(INSTALLER), "--prefix", str(self.prefix), *args], env=self.env,
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [str(INSTALLER), "--prefix", str(self.prefix), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
 
     def last_run_steps(self) -> dict[str, str]:
         """Step name -> outcome, from the log section of the latest run."""
@@ -153,8 +177,9 @@ def test_install_into_a_fresh_home_and_prefix(installed: Install) -> None:
     if shutil.which("desktop-file-validate"):
         check = subprocess.run(["desktop-file-validate", str(entry)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout
-    torch_build = subprocess.run([str(venv_bin / "python"), "-c", "import torch; print(torch.version.cuda)"],
-                                 capture_output=True, text=True)
+    torch_build = subprocess.run(
+        [str(venv_bin / "python"), "-c", "import torch; print(torch.version.cuda)"], capture_output=True, text=True
+    )
     assert torch_build.stdout.strip() == "None"  # no NVIDIA GPU here: the CPU build, not a CUDA one
 
 
@@ -162,8 +187,13 @@ def test_install_into_a_fresh_home_and_prefix(installed: Install) -> None:
 @pytest.mark.network
 @pytest.mark.timeout(900)
 def test_installed_doctor_passes(installed: Install) -> None:
-    proc = subprocess.run([str(installed.bin / "sapo-node"), "doctor", "--json"], env=installed.env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(installed.bin / "sapo-node"), "doctor", "--json"],
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and report["ok"], report
     assert str(installed.prefix) in next(c for c in report["checks"] if c["name"] == "python")["detail"]
@@ -175,9 +205,14 @@ def test_installed_doctor_passes(installed: Install) -> None:
 def test_installed_node_runs_a_round(installed: Install) -> None:
     from sapo_core.store import STORE_NAME, RunStore
 
-    proc = subprocess.run([str(installed.bin / "sapo-node"), "run", "--rounds", "1", "--run-dir",
-                           str(installed.run_dir)], env=installed.env, capture_output=True, text=True,
-                          timeout=2000, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(installed.bin / "sapo-node"), "run", "--rounds", "1", "--run-dir", str(installed.run_dir)],
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=2000,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     store = RunStore(installed.run_dir / STORE_NAME, readonly=True)
     try:
@@ -207,8 +242,7 @@ def test_uninstall_leaves_only_run_data_and_purge_removes_it(installed: Install)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not installed.prefix.exists()
     keep = installed.run_data
-    left = [p for p in installed.home.rglob("*")
-            if not any(p == k or k in p.parents or p in k.parents for k in keep)]
+    left = [p for p in installed.home.rglob("*") if not any(p == k or k in p.parents or p in k.parents for k in keep)]
     assert left == []
     assert (installed.run_data[0] / "runs" / "keep.txt").read_text() == "the user's run"
 

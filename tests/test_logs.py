@@ -85,12 +85,15 @@ def test_hivemind_and_transformers_give_up_their_own_handlers():
     assert got == ["hivemind: a peer timed out", "transformers: generation flags are not valid"]
 
 
-@pytest.mark.parametrize("level, ours, theirs", [
-    ("debug", ["debug", "info", "warning"], ["warning"]),
-    ("info", ["info", "warning"], ["warning"]),
-    ("warning", ["warning"], ["warning"]),
-    ("error", [], []),
-])
+@pytest.mark.parametrize(
+    "level, ours, theirs",
+    [
+        ("debug", ["debug", "info", "warning"], ["warning"]),
+        ("info", ["info", "warning"], ["warning"]),
+        ("warning", ["warning"], ["warning"]),
+        ("error", [], []),
+    ],
+)
 def test_the_level_switch(monkeypatch, level, ours, theirs):
     monkeypatch.setenv(logs.ENV, level.upper())
     pipe = Pipe()
@@ -98,8 +101,11 @@ def test_the_level_switch(monkeypatch, level, ours, theirs):
     for word in ("debug", "info", "warning"):
         getattr(logging.getLogger("sapo_core.node"), word)(f"ours {word}")
         getattr(logging.getLogger("hivemind"), word)(f"theirs {word}")
-    expected = [line for w in ("debug", "info", "warning")
-                for line in ([f"ours {w}"] if w in ours else []) + ([f"hivemind: theirs {w}"] if w in theirs else [])]
+    expected = [
+        line
+        for w in ("debug", "info", "warning")
+        for line in ([f"ours {w}"] if w in ours else []) + ([f"hivemind: theirs {w}"] if w in theirs else [])
+    ]
     assert [e.message for e in pipe.events()] == expected
 
 

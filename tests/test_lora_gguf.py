@@ -32,13 +32,28 @@ def embedded_gguf() -> Path:
 
 def small_model(lora: bool = True, seed: int = 0, vocab: int = EMBEDDED_VOCAB, use_rslora: bool = False):
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=512)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+    )
     model = LlamaForCausalLM(cfg)
     if lora:
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj",
-                               "o_proj", "down_proj"], init_lora_weights=False, use_rslora=use_rslora))
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=4,
+                lora_alpha=8,
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"],
+                init_lora_weights=False,
+                use_rslora=use_rslora,
+            ),
+        )
     return model
 
 
@@ -55,8 +70,12 @@ def test_adapter_tensors_names_shapes_and_alpha():
     model = small_model()
     tensors, alpha = lora_gguf.lora_tensors(model, "llama")
     assert alpha == pytest.approx(8.0)  # peft's alpha / r is what llama.cpp computes from it
-    assert set(tensors) == {f"blk.{i}.{m}.weight.lora_{ab}" for i in range(2) for ab in "ab"
-                            for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_down")}
+    assert set(tensors) == {
+        f"blk.{i}.{m}.weight.lora_{ab}"
+        for i in range(2)
+        for ab in "ab"
+        for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_down")
+    }
     assert tensors["blk.0.attn_q.weight.lora_a"].shape == (4, 32)  # (r, in)
     assert tensors["blk.0.attn_k.weight.lora_b"].shape == (16, 4)  # (out, r): 2 kv heads x 8
     assert tensors["blk.1.ffn_down.weight.lora_a"].shape == (4, 64)
@@ -103,9 +122,12 @@ def test_adapter_file_round_trip(tmp_path):
 
 
 def test_zero_adapter_is_recognised_and_rslora_scaling_kept():
-    fresh = get_peft_model(LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                                                        num_hidden_layers=1, num_attention_heads=4)),
-                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"]))
+    fresh = get_peft_model(
+        LlamaForCausalLM(
+            LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+        ),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"]),
+    )
     assert lora_gguf.lora_is_zero(fresh)
     assert not lora_gguf.lora_is_zero(small_model())
     _, alpha = lora_gguf.lora_tensors(small_model(use_rslora=True), "llama")
@@ -134,8 +156,13 @@ def test_full_export_carries_weights_hparams_and_the_template_tokenizer(tmp_path
     assert meta.get("llama.rope.dimension_count") == 8
     assert meta.get("general.file_type") == int(gguf.LlamaFileType.ALL_F32)
     template = lora_gguf.read_gguf_metadata(embedded_gguf())
-    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
-                "tokenizer.chat_template", "tokenizer.ggml.eos_token_id"):
+    for key in (
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.merges",
+        "tokenizer.ggml.token_type",
+        "tokenizer.chat_template",
+        "tokenizer.ggml.eos_token_id",
+    ):
         assert meta.fields[key] == template.fields[key], key
     assert "output.weight" not in meta.tensors  # tied: llama.cpp reuses token_embd
     assert len(meta.tensors) == 2 + 2 * 9 and not any("lora" in n for n in meta.tensors)

@@ -138,13 +138,23 @@ def test_hf_endpoint_from_the_environment_in_a_fresh_process(tmp_path: Path) -> 
         "e = dataclasses.replace(load_catalogue().get('qwen2.5-0.5b-instruct'), **json.loads(sys.argv[1]))\n"
         "print(resolve_model_file(e, sys.argv[2]))\n"
     )
-    fields = {"repo": REPO, "revision": REVISION, "filename": FILENAME, "size_bytes": len(PAYLOAD),
-              "sha256": hashlib.sha256(PAYLOAD).hexdigest()}
+    fields = {
+        "repo": REPO,
+        "revision": REVISION,
+        "filename": FILENAME,
+        "size_bytes": len(PAYLOAD),
+        "sha256": hashlib.sha256(PAYLOAD).hexdigest(),
+    }
     with FakeHub(PAYLOAD) as hub:
         env = {k: v for k, v in os.environ.items() if k not in modelfiles._PROXY_VARS}
         env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1")
-        out = subprocess.run([sys.executable, "-c", code, json.dumps(fields), str(tmp_path)], env=env,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(fields), str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()).read_bytes() == PAYLOAD
 
@@ -213,18 +223,15 @@ def test_a_download_says_where_from_how_far_and_when_it_is_verified(tmp_path: Pa
     assert steps[-1][4]["model"] == entry.title and steps[-1][4]["size_bytes"] == len(PAYLOAD)
     # found in the cache the next time: nothing to report
     hooks.events.clear()
-    assert resolve_model_file(entry, tmp_path, DownloadReport(hooks.progress),
-                              endpoint=closed_port_url()) == path
+    assert resolve_model_file(entry, tmp_path, DownloadReport(hooks.progress), endpoint=closed_port_url()) == path
     assert hooks.events == []
 
 
-def test_a_download_that_fails_verification_reports_it_and_leaves_no_file(tmp_path: Path, online: None,
-                                                                           hooks) -> None:
+def test_a_download_that_fails_verification_reports_it_and_leaves_no_file(tmp_path: Path, online: None, hooks) -> None:
     from sapo_core.downloads import DownloadReport
 
     with FakeHub(PAYLOAD) as hub, pytest.raises(ModelUnavailable, match="SHA-256.*deleted"):
-        resolve_model_file(tiny_entry(sha256="0" * 64), tmp_path, DownloadReport(hooks.progress),
-                           endpoint=hub.url)
+        resolve_model_file(tiny_entry(sha256="0" * 64), tmp_path, DownloadReport(hooks.progress), endpoint=hub.url)
     assert list(tmp_path.glob("models--*/blobs/*")) == []
     (warning,) = [e for e in hooks.events if e[0] == "log" and e[1] == "warning"]
     assert "failed after" in warning[2] and "SHA-256" in warning[2]
@@ -232,8 +239,7 @@ def test_a_download_that_fails_verification_reports_it_and_leaves_no_file(tmp_pa
     assert "SHA-256" in last[4]["failed"] and not any(e[0] == "log" and "verified" in e[2] for e in hooks.events)
 
 
-def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_path: Path, online: None,
-                                                                          hooks) -> None:
+def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_path: Path, online: None, hooks) -> None:
     """The report's stop check raises Interrupted from the byte callback: it passes through (no
     fallback to the embedded model, no failure reported), and the partial file is gone
     (huggingface_hub deletes its per-process temporary file): nothing half-downloaded is ever
@@ -253,9 +259,13 @@ def test_a_stop_mid_download_is_not_a_failure_and_leaves_no_partial_file(tmp_pat
 
     with FakeHub(payload) as hub:
         with pytest.raises(Interrupted):
-            resolve_or_embedded(entry, load_catalogue(), tmp_path,
-                                DownloadReport(hooks.progress, should_stop=stop_after_a_chunk),
-                                endpoint=hub.url)
+            resolve_or_embedded(
+                entry,
+                load_catalogue(),
+                tmp_path,
+                DownloadReport(hooks.progress, should_stop=stop_after_a_chunk),
+                endpoint=hub.url,
+            )
         assert list(tmp_path.glob("models--*/blobs/*")) == list(tmp_path.glob("models--*/snapshots/*/*")) == []
         assert not (tmp_path / "verified.json").exists()
         assert not any(e[0] == "log" and e[1] == "warning" for e in hooks.events)  # not reported as failed
@@ -276,8 +286,9 @@ def test_commands_in_a_terminal_print_a_first_download(tmp_path: Path, online: N
     logs.to_stderr(prefix="sapo-node export: ", stream=out)  # as `sapo-node export` does (cli.py)
     try:
         with FakeHub(PAYLOAD) as hub:
-            path = resolve_model_file(tiny_entry(), tmp_path, progress=terminal_download("sapo-node export", out),
-                                      endpoint=hub.url)
+            path = resolve_model_file(
+                tiny_entry(), tmp_path, progress=terminal_download("sapo-node export", out), endpoint=hub.url
+            )
     finally:
         logs.uninstall()
     assert path.read_bytes() == PAYLOAD

@@ -11,22 +11,28 @@ import logging
 import pytest
 import torch
 
-from sapo_core.config import NodeConfig
-from sapo_core.hooks import Interrupted, NullHooks
 from sapo_core.batch import external_token_ids
+from sapo_core.config import NodeConfig
+from sapo_core.contributions import receipt_totals
 from sapo_core.evaluation import eval_within_share
+from sapo_core.hooks import Interrupted, NullHooks
 from sapo_core.node import Node
 from sapo_core.rollouts import Completion, Group
-from sapo_core.tasks import TaskSet
-from sapo_core.contributions import receipt_totals
 from sapo_core.store import RunStore
+from sapo_core.tasks import TaskSet
 
 
 def tiny_config(run_dir, **changes) -> NodeConfig:
     base = {
-        "run_dir": str(run_dir), "model.name": "tiny-random", "swarm.enabled": False,
-        "round.local_groups": 2, "round.external_groups": 0, "sampler.group_size": 4,
-        "sampler.max_new_tokens": 12, "train.learning_rate": 1e-2, "eval.enabled": False,
+        "run_dir": str(run_dir),
+        "model.name": "tiny-random",
+        "swarm.enabled": False,
+        "round.local_groups": 2,
+        "round.external_groups": 0,
+        "sampler.group_size": 4,
+        "sampler.max_new_tokens": 12,
+        "train.learning_rate": 1e-2,
+        "eval.enabled": False,
         "swarm.likelihood_floor": 0.0,  # random weights find all text implausible; the floor is tested apart
     }
     base.update(changes)
@@ -84,8 +90,17 @@ def test_rounds_are_recorded_and_resume_where_they_stopped(tmp_path, data_dir):
     after = trainable(node)
     node.close()
     assert node.next_round == 3
-    for key in ("reward/mean", "time/sample", "time/update", "groups/local", "tokens/sampled", "time/round",
-                "swarm/peers", "loss/policy", "train/grad_norm"):
+    for key in (
+        "reward/mean",
+        "time/sample",
+        "time/update",
+        "groups/local",
+        "tokens/sampled",
+        "time/round",
+        "swarm/peers",
+        "loss/policy",
+        "train/grad_norm",
+    ):
         assert key in m1 and key in m2, key
     assert m1["groups/local"] == 2 and m1["groups/external"] == 1 and m1["groups/trained"] >= 1
     assert source.published == [(1, 2), (2, 2)]
@@ -167,10 +182,16 @@ def test_a_run_of_another_model_is_refused(tmp_path, data_dir):
 @pytest.mark.slow
 def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir):
     """The embedded SmolLM2-135M, llama.cpp sampling (transformers where llama.cpp is absent)."""
-    cfg = NodeConfig().replace(**{
-        "run_dir": str(tmp_path / "run"), "swarm.enabled": False, "round.local_groups": 2,
-        "round.external_groups": 0, "sampler.group_size": 4, "sampler.max_new_tokens": 48,
-    })
+    cfg = NodeConfig().replace(
+        **{
+            "run_dir": str(tmp_path / "run"),
+            "swarm.enabled": False,
+            "round.local_groups": 2,
+            "round.external_groups": 0,
+            "sampler.group_size": 4,
+            "sampler.max_new_tokens": 48,
+        }
+    )
     node = Node(cfg)
     node.setup()
     before = trainable(node)
@@ -223,8 +244,10 @@ def test_a_gather_or_publish_that_raises_costs_the_round_its_sharing_not_the_rou
     assert m["swarm/gather_failed"] == 1 and m["swarm/publish_raised"] == 1 and m["groups/external"] == 0
     assert m2["swarm/gather_failed"] == 1 and m2["swarm/publish_raised"] == 0
     assert m["swarm/peers"] == 1.0  # the source's own figures still recorded
-    assert any(r.levelno == logging.ERROR and "gather failed" in r.getMessage() and "TypeError" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.levelno == logging.ERROR and "gather failed" in r.getMessage() and "TypeError" in r.getMessage()
+        for r in caplog.records
+    )
     from sapo_core.store import STORE_NAME
 
     store = RunStore(tmp_path / "run" / STORE_NAME)
@@ -270,9 +293,17 @@ def test_a_peer_completion_gets_our_stop_token_only_if_finished_and_not_cut(tmp_
 
 def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tmp_path, data_dir, caplog):
     caplog.set_level(logging.INFO, logger="sapo_core")
-    cfg = tiny_config(tmp_path / "run", **{"eval.enabled": True, "eval.questions": 2, "eval.samples": 2,
-                                           "eval.every_rounds": 3, "eval.max_share": 1.0,
-                                           "round.external_groups": 1})
+    cfg = tiny_config(
+        tmp_path / "run",
+        **{
+            "eval.enabled": True,
+            "eval.questions": 2,
+            "eval.samples": 2,
+            "eval.every_rounds": 3,
+            "eval.max_share": 1.0,
+            "round.external_groups": 1,
+        },
+    )
     node = Node(cfg, source=SolvedGroups(cfg.tasks))
     node.setup()
     figures = [node.run_round(), node.run_round(final=True), node.run_round(), node.run_round()]
@@ -282,9 +313,20 @@ def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tm
     said = [m for m in caplog.messages if m.startswith("held-out:")]
     assert len(said) == 3 and "(the base model)" in said[0] and "gain" not in said[0]
     assert "gain " in said[1] and "(the base model)" not in said[1]
-    for key in ("eval/solve_rate", "eval/solve_rate_base", "eval/gain", "eval/gain_ci_low", "eval/gain_ci_high",
-                "eval/reward_mean", "eval/greedy_solve_rate", "eval/level_solve_rate", "eval/questions",
-                "eval/samples", "eval/basic_arithmetic/solve_rate", "time/eval"):
+    for key in (
+        "eval/solve_rate",
+        "eval/solve_rate_base",
+        "eval/gain",
+        "eval/gain_ci_low",
+        "eval/gain_ci_high",
+        "eval/reward_mean",
+        "eval/greedy_solve_rate",
+        "eval/level_solve_rate",
+        "eval/questions",
+        "eval/samples",
+        "eval/basic_arithmetic/solve_rate",
+        "time/eval",
+    ):
         assert key in figures[0] and key in figures[1], key
     assert figures[0]["eval/questions"] == 6 and figures[0]["eval/gain"] == 0.0
     store = RunStore(tmp_path / "run" / "rounds.sqlite")
@@ -344,8 +386,15 @@ def test_sampling_seeds_mix_in_the_node_identity(tmp_path, data_dir):
 
 
 def test_the_checkpoint_holds_the_round_size_after_auto_scaling(tmp_path, data_dir):
-    cfg = tiny_config(tmp_path / "run", **{"round.auto_scale": True, "round.target_round_seconds": 0.01,
-                                           "round.local_groups": 2, "eval.enabled": False})
+    cfg = tiny_config(
+        tmp_path / "run",
+        **{
+            "round.auto_scale": True,
+            "round.target_round_seconds": 0.01,
+            "round.local_groups": 2,
+            "eval.enabled": False,
+        },
+    )
     node = Node(cfg)
     node.setup()
     node.run_round()  # far slower than 0.01 s: the round shrinks
@@ -365,9 +414,15 @@ def test_drift_above_the_limit_falls_back_to_the_f16_export(tmp_path, data_dir):
 
     if not llamacpp_available()[0]:
         pytest.skip("llama.cpp is not installed")
-    cfg = NodeConfig().replace(**{"run_dir": str(tmp_path / "run"), "swarm.enabled": False,
-                                  "round.external_groups": 0, "sampler.quantization": "q8_0",
-                                  "eval.enabled": False})
+    cfg = NodeConfig().replace(
+        **{
+            "run_dir": str(tmp_path / "run"),
+            "swarm.enabled": False,
+            "round.external_groups": 0,
+            "sampler.quantization": "q8_0",
+            "eval.enabled": False,
+        }
+    )
     node = Node(cfg)
     node.setup()
     try:

@@ -19,9 +19,19 @@ TWO_CORES = HardwareProfile.manual(cpu_cores=2, ram_gb=24)
 
 
 def probe(**kw) -> Probe:
-    base = dict(machine=machine_key(2), model_id=E.id, params=E.params, threads=2, sample_tok_s=100.0,
-                train_tok_s=200.0, completion_tokens=6.0, prompt_tokens=150.0, overhead_seconds=2.0,
-                round_seconds=10.0, measured_at=1.0)
+    base = dict(
+        machine=machine_key(2),
+        model_id=E.id,
+        params=E.params,
+        threads=2,
+        sample_tok_s=100.0,
+        train_tok_s=200.0,
+        completion_tokens=6.0,
+        prompt_tokens=150.0,
+        overhead_seconds=2.0,
+        round_seconds=10.0,
+        measured_at=1.0,
+    )
     return Probe(**{**base, **kw})
 
 
@@ -74,8 +84,15 @@ def test_the_cache_keeps_one_probe_per_machine_and_survives_junk(tmp_path):
     (tmp_path / "probe.json").write_text("{not json")
     assert load_probe(tmp_path) is None
     good = {"machine": machine_key(2), **{k: v for k, v in probe().__dict__.items() if k != "machine"}}
-    for damage in ({"train_tok_s": None}, {"train_tok_s": float("nan")}, {"sample_tok_s": 0},
-                   {"params": "many"}, {"model_id": 3}, {"threads": True}, {"round_seconds": -1.0}):
+    for damage in (
+        {"train_tok_s": None},
+        {"train_tok_s": float("nan")},
+        {"sample_tok_s": 0},
+        {"params": "many"},
+        {"model_id": 3},
+        {"threads": True},
+        {"round_seconds": -1.0},
+    ):
         (tmp_path / "probe.json").write_text(json.dumps({machine_key(2): {**good, **damage}}))
         assert load_probe(tmp_path) is None, damage  # the formula's estimate, not a crash later
     (tmp_path / "probe.json").write_text(json.dumps({machine_key(2): good}))
@@ -99,9 +116,17 @@ def test_the_nodes_own_choice_follows_this_machines_probe(tmp_path, monkeypatch)
 
 def test_probe_from_a_rounds_metrics():
     """Packed training: per step 2 prompts x 150 + 8 answers x 7 = 356 tokens; 2 steps = 712."""
-    m = {"time/sample": 1.0, "time/update": 4.0, "time/round": 6.0, "sampler/tok_per_s": 48.0,
-         "train/tok_per_s": 178.0, "completions/mean_tokens": 6.0, "train/steps": 2.0,
-         "train/tokens": 712.0, "train/completion_tokens": 56.0}
+    m = {
+        "time/sample": 1.0,
+        "time/update": 4.0,
+        "time/round": 6.0,
+        "sampler/tok_per_s": 48.0,
+        "train/tok_per_s": 178.0,
+        "completions/mean_tokens": 6.0,
+        "train/steps": 2.0,
+        "train/tokens": 712.0,
+        "train/completion_tokens": 56.0,
+    }
     p = probe_from_metrics(m, "key", E.id, E.params, 1, questions=2)
     assert (p.prompt_tokens, p.overhead_seconds, p.sample_tok_s, p.train_tok_s) == (150.0, 1.0, 48.0, 178.0)
 
@@ -112,14 +137,21 @@ def test_the_probe_estimates_the_embedded_models_default_round_within_1_5x(tmp_p
     x the default G = 8 and 128 tokens, training alone, so the estimate must carry over, not
     repeat itself. Every group trains (a KL term), as the estimate assumes: a round whose groups
     all happened to lack reward variance would train nothing and be far shorter."""
+    from sapo_core.commands.hardware import run_probe
     from sapo_core.hardware import detect_hardware
     from sapo_core.node import Node
-    from sapo_core.commands.hardware import run_probe
 
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
     p = run_probe(tmp_path / "cache")
-    cfg = ALONE.replace(**{"model.name": E.id, "run_dir": str(tmp_path / "run"), "round.auto_scale": False,
-                           "round.local_groups": 3, "train.kl_beta": 0.01})
+    cfg = ALONE.replace(
+        **{
+            "model.name": E.id,
+            "run_dir": str(tmp_path / "run"),
+            "round.auto_scale": False,
+            "round.local_groups": 3,
+            "train.kl_beta": 0.01,
+        }
+    )
     estimate = estimate_round(E, detect_hardware(), cfg, p)
     node = Node(cfg)
     node.setup()

@@ -10,83 +10,102 @@ import pytest
 import reasoning_gym
 
 from sapo_core.rewards import (
-    MAX_ANSWER_CHARS, REWARDS, answer_shape, clean_answer, explicit_answer, extract_answer, has_answer_line, is_solved,
+    MAX_ANSWER_CHARS,
+    REWARDS,
+    answer_shape,
+    clean_answer,
+    explicit_answer,
+    extract_answer,
+    has_answer_line,
+    is_solved,
     score_answer,
 )
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Answer: 42", "42"),
-    ("answer: 42.", "42"),
-    ("Some work first.\nAnswer: 1,234", "1234"),
-    ("Answer: -1,000,000", "-1000000"),
-    ("Answer: 12,5", "12,5"),  # not a thousands-separated number: left alone
-    ("The answer is 7.", "7"),
-    ("So the answer is: Tuesday!", "Tuesday"),
-    ("**Final Answer:** Monday", "Monday"),
-    ("**Answer: 5**", "5"),
-    ("Answer: `Tuesday`", "Tuesday"),
-    ('Answer: "Yes"', "Yes"),
-    ("Answer: \\text{Monday}", "Monday"),
-    ("Answer: = 9", "9"),
-    ("Answer: 3\nwait, no.\nAnswer: 4", "4"),  # the last marker counts
-    ("Answer: 5\nbecause 2 + 3 = 5", "5"),  # the marker's own line, not what follows
-    ("Answer:\n0 1\n1  2\n\nThat is the matrix.", "0 1\n1 2"),  # a block below a bare marker
-    ("We get \\boxed{3/4}.", "3/4"),
-    ("so \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}"),
-    ("\\boxed{\\frac{1}{2}} then \\boxed{{7}}", "{7}"),  # the last box, braces balanced
-    ("<answer> 12 </answer>", "12"),
-    ("<answer>1</answer> ... <ANSWER>2</ANSWER>", "2"),
-    ("first line\n\nlast line here  ", "last line here"),  # no marker: the last line
-    ("3 + 4 = 7", "7"),  # a worked equation on the last line: its result
-    ("1 + 6 = 7.\nSo it is 8", "So it is 8"),  # only the last line counts
-    ("x =", "x ="),  # nothing after '=': the whole line
-    ("$\\frac{1}{2}$", "\\frac{1}{2}"),
-    ("0  0   1\t2", "0 0 1 2"),
-    ("Answer:", "Answer:"),  # a marker with nothing after it: the last line
-    ("", None),
-    ("   \n  ", None),
-    ("...", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Answer: 42", "42"),
+        ("answer: 42.", "42"),
+        ("Some work first.\nAnswer: 1,234", "1234"),
+        ("Answer: -1,000,000", "-1000000"),
+        ("Answer: 12,5", "12,5"),  # not a thousands-separated number: left alone
+        ("The answer is 7.", "7"),
+        ("So the answer is: Tuesday!", "Tuesday"),
+        ("**Final Answer:** Monday", "Monday"),
+        ("**Answer: 5**", "5"),
+        ("Answer: `Tuesday`", "Tuesday"),
+        ('Answer: "Yes"', "Yes"),
+        ("Answer: \\text{Monday}", "Monday"),
+        ("Answer: = 9", "9"),
+        ("Answer: 3\nwait, no.\nAnswer: 4", "4"),  # the last marker counts
+        ("Answer: 5\nbecause 2 + 3 = 5", "5"),  # the marker's own line, not what follows
+        ("Answer:\n0 1\n1  2\n\nThat is the matrix.", "0 1\n1 2"),  # a block below a bare marker
+        ("We get \\boxed{3/4}.", "3/4"),
+        ("so \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}"),
+        ("\\boxed{\\frac{1}{2}} then \\boxed{{7}}", "{7}"),  # the last box, braces balanced
+        ("<answer> 12 </answer>", "12"),
+        ("<answer>1</answer> ... <ANSWER>2</ANSWER>", "2"),
+        ("first line\n\nlast line here  ", "last line here"),  # no marker: the last line
+        ("3 + 4 = 7", "7"),  # a worked equation on the last line: its result
+        ("1 + 6 = 7.\nSo it is 8", "So it is 8"),  # only the last line counts
+        ("x =", "x ="),  # nothing after '=': the whole line
+        ("$\\frac{1}{2}$", "\\frac{1}{2}"),
+        ("0  0   1\t2", "0 0 1 2"),
+        ("Answer:", "Answer:"),  # a marker with nothing after it: the last line
+        ("", None),
+        ("   \n  ", None),
+        ("...", None),
+    ],
+)
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
-@pytest.mark.parametrize("text, dataset, task, expected", [
-    ("This simplifies to 1/3.", "fraction_simplification", None, "1/3"),
-    ("so $\\frac{1}{3}$ it is", "fraction_simplification", None, "\\frac{1}{3}"),
-    ("2/6 = 1/4\nAnswer: 1:4", "fraction_simplification", None, "1:4"),  # an explicit answer wins
-    ("1 + 6 equals 7. In arithmetic, that is all.", "basic_arithmetic", None, "7"),
-    ("a total of 1,234 apples", "basic_arithmetic", None, "1234"),
-    ("2.5 * 2 gives 5.0 exactly", "decimal_arithmetic", None, "5.0"),
-    ("3 days on, it is a monday.", "calendar_arithmetic", "weekday_offset", "monday"),
-    ("Yes, 2024 is a leap year", "calendar_arithmetic", "is_leap_year", "Yes"),
-    ("From Monday there are 14 days", "calendar_arithmetic", "count_days", "14"),
-    ("It is 10 in base 2", "base_conversion", None, "It is 10 in base 2"),  # no shape: last line
-    ("no number here", "basic_arithmetic", None, "no number here"),  # no match: last line
-])
+@pytest.mark.parametrize(
+    "text, dataset, task, expected",
+    [
+        ("This simplifies to 1/3.", "fraction_simplification", None, "1/3"),
+        ("so $\\frac{1}{3}$ it is", "fraction_simplification", None, "\\frac{1}{3}"),
+        ("2/6 = 1/4\nAnswer: 1:4", "fraction_simplification", None, "1:4"),  # an explicit answer wins
+        ("1 + 6 equals 7. In arithmetic, that is all.", "basic_arithmetic", None, "7"),
+        ("a total of 1,234 apples", "basic_arithmetic", None, "1234"),
+        ("2.5 * 2 gives 5.0 exactly", "decimal_arithmetic", None, "5.0"),
+        ("3 days on, it is a monday.", "calendar_arithmetic", "weekday_offset", "monday"),
+        ("Yes, 2024 is a leap year", "calendar_arithmetic", "is_leap_year", "Yes"),
+        ("From Monday there are 14 days", "calendar_arithmetic", "count_days", "14"),
+        ("It is 10 in base 2", "base_conversion", None, "It is 10 in base 2"),  # no shape: last line
+        ("no number here", "basic_arithmetic", None, "no number here"),  # no match: last line
+    ],
+)
 def test_extract_answer_with_the_answer_shape(text, dataset, task, expected):
     assert extract_answer(text, answer_shape(dataset, {"metadata": {"task": task}})) == expected
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Answer: 5", "5"),
-    ("just 5", None),
-    ("\\boxed{5}", "5"),
-    ("Answer:", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Answer: 5", "5"),
+        ("just 5", None),
+        ("\\boxed{5}", "5"),
+        ("Answer:", None),
+    ],
+)
 def test_explicit_answer_needs_a_marker(text, expected):
     assert explicit_answer(text) == expected
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("  42. ", "42"),
-    ("'Monday'", "Monday"),
-    ("$3/4$", "3/4"),
-    ("1,234.5", "1234.5"),
-    ("(P ∧ Q)", "(P ∧ Q)"),
-    ("[[0, 1], [1, 2]]", "[[0, 1], [1, 2]]"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("  42. ", "42"),
+        ("'Monday'", "Monday"),
+        ("$3/4$", "3/4"),
+        ("1,234.5", "1234.5"),
+        ("(P ∧ Q)", "(P ∧ Q)"),
+        ("[[0, 1], [1, 2]]", "[[0, 1], [1, 2]]"),
+    ],
+)
 def test_clean_answer(raw, expected):
     assert clean_answer(raw) == expected
 
@@ -120,8 +139,13 @@ def _score_table():
         ("calendar_arithmetic", cal_cfg, cal_day, "Answer: Monday", 0.1),  # a weekday, the wrong one
         ("calendar_arithmetic", cal_cfg, cal_day, "Answer: wednesday", 0.05),  # lower case
         ("fraction_simplification", frac_cfg, frac, f"Answer: {simple}", 1.0),
-        ("fraction_simplification", frac_cfg, frac, f"Answer: $\\frac{{{m['simplified_numerator']}}}"
-                                                    f"{{{m['simplified_denominator']}}}$", 1.0),
+        (
+            "fraction_simplification",
+            frac_cfg,
+            frac,
+            f"Answer: $\\frac{{{m['simplified_numerator']}}}{{{m['simplified_denominator']}}}$",
+            1.0,
+        ),
         ("fraction_simplification", frac_cfg, frac, f"Answer: {unsimplified}", 0.1),  # kept the numerator
         ("fraction_simplification", frac_cfg, frac, "Answer: 1/2", 0.05),
         ("fraction_simplification", frac_cfg, frac, "", 0.01),  # no answer: the scorer's own floor
@@ -150,8 +174,9 @@ def test_accuracy_reward_matches_reasoning_gym(case):
 
 def test_accuracy_reward_is_one_value_per_completion():
     e, cfg = entry("basic_arithmetic", 1)
-    got = REWARDS["accuracy"](["q"] * 3, ["Answer: -27", "no", "-27"], dataset=["basic_arithmetic"] * 3,
-                              entry=[e] * 3, config=[cfg] * 3)
+    got = REWARDS["accuracy"](
+        ["q"] * 3, ["Answer: -27", "no", "-27"], dataset=["basic_arithmetic"] * 3, entry=[e] * 3, config=[cfg] * 3
+    )
     assert got == [1.0, 0.0, 1.0]
 
 
@@ -164,23 +189,29 @@ def test_binary_matrix_answers_are_never_evaluated(tmp_path: Path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("answer", [
-    "(" * 5000 + "P" + ")" * 5000,  # deep nesting for a recursive parser
-    "P ∧ " * 10_000 + "P",
-    "x" * (MAX_ANSWER_CHARS + 1),
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "(" * 5000 + "P" + ")" * 5000,  # deep nesting for a recursive parser
+        "P ∧ " * 10_000 + "P",
+        "x" * (MAX_ANSWER_CHARS + 1),
+    ],
+)
 def test_hostile_answers_score_zero_without_raising(answer):
     e, cfg = entry("propositional_logic", 1)
     assert score_answer("propositional_logic", cfg, e, answer) == 0.0
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Answer: 5", 1.0),
-    ("work\nThe final answer is 5", 1.0),
-    ("5", 0.0),
-    ("<answer>5</answer>", 0.0),  # we ask for an Answer: line, not tags
-    ("Answer:", 0.0),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Answer: 5", 1.0),
+        ("work\nThe final answer is 5", 1.0),
+        ("5", 0.0),
+        ("<answer>5</answer>", 0.0),  # we ask for an Answer: line, not tags
+        ("Answer:", 0.0),
+    ],
+)
 def test_format_reward(text, expected):
     assert REWARDS["format"](["q"], [text]) == [expected]
     assert has_answer_line(text) is (expected == 1.0)
@@ -193,13 +224,38 @@ def test_registry_holds_both_rewards():
 # The regexes extraction used before it was made linear-time (quadratic on runs of blanks
 # after "answer" and on long digit runs): on short texts, where backtracking costs nothing,
 # the linear scans must agree with them exactly.
-_OLD_MARKER = re.compile(
-    r"\banswer\b[ \t]*(?:\*\*|__)?[ \t]*(?:is\b[ \t]*:?|[:：=])[ \t]*(?:\*\*|__)?", re.IGNORECASE)
+_OLD_MARKER = re.compile(r"\banswer\b[ \t]*(?:\*\*|__)?[ \t]*(?:is\b[ \t]*:?|[:：=])[ \t]*(?:\*\*|__)?", re.IGNORECASE)
 _OLD_FRACTION = re.compile(r"\\d?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}|\d+\s*/\s*\d+")
 _OLD_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
-_PIECES = ["answer", "Answer", "ANSWER", " ", "\t", "**", "__", "is", "IS", "isx", ":", "：", "=", "x", "\n",
-           "1", "23", "٣", "/", " / ", "\u00a0", "\\frac{1}{2}", "\\dfrac{3}{ 4 }", "<answer>", "</answer>",
-           "<ANSWER>", "a"]
+_PIECES = [
+    "answer",
+    "Answer",
+    "ANSWER",
+    " ",
+    "\t",
+    "**",
+    "__",
+    "is",
+    "IS",
+    "isx",
+    ":",
+    "：",
+    "=",
+    "x",
+    "\n",
+    "1",
+    "23",
+    "٣",
+    "/",
+    " / ",
+    "\u00a0",
+    "\\frac{1}{2}",
+    "\\dfrac{3}{ 4 }",
+    "<answer>",
+    "</answer>",
+    "<ANSWER>",
+    "a",
+]
 
 
 def test_linear_extraction_agrees_with_the_old_regexes():
@@ -217,15 +273,24 @@ def test_linear_extraction_agrees_with_the_old_regexes():
         assert rewards._last_tag_contents(t) == (tags[-1] if tags else None), t
 
 
-@pytest.mark.parametrize("attack", [
-    "Answer" + " " * 20000, "1" * 20000, "<answer>" * 5000, "answer is" + " \t" * 10000, "Answer: " + "=" * 30000,
-])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "Answer" + " " * 20000,
+        "1" * 20000,
+        "<answer>" * 5000,
+        "answer is" + " \t" * 10000,
+        "Answer: " + "=" * 30000,
+    ],
+)
 def test_peer_text_built_to_backtrack_still_extracts(attack):
     """The CPU attacks (20,000 spaces after an answer marker, long digit runs; docs/swarm.md,
     'Hostile peers') give the same
     answers as before; tests/test_swarm_attacks.py bounds their time on a real victim."""
     for shape in (None, answer_shape("fraction_simplification"), answer_shape("basic_arithmetic")):
         assert extract_answer(attack + "\nAnswer: 3", shape) == "3"
+
+
 def test_registry_holds_the_rewards():
     assert {"accuracy", "correct", "format"} <= set(REWARDS)
 

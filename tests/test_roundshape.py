@@ -27,8 +27,10 @@ def test_rescale_acts_only_outside_the_band_around_the_target():
     assert s.rescale(41.0, 100.0, limit) is None  # over 0.4 x: stays
     said = s.rescale(151.0, 100.0, limit)
     assert (s.local, s.external, s.group_size) == (2, 2, 8)
-    assert said == ("round size {'local': 4, 'external': 4, 'group_size': 8} -> "
-                    "{'local': 2, 'external': 2, 'group_size': 8}: round took 151 s, target 100 s")
+    assert said == (
+        "round size {'local': 4, 'external': 4, 'group_size': 8} -> "
+        "{'local': 2, 'external': 2, 'group_size': 8}: round took 151 s, target 100 s"
+    )
     assert "well under 100 s" in s.rescale(39.0, 100.0, limit) and (s.local, s.external) == (4, 4)
     assert s.rescale(39.0, 100.0, limit) is None  # at the configured size: nothing to grow
     floor = RoundShape(1, 1, 4)

@@ -41,16 +41,33 @@ def embedded_gguf() -> Path:
 def small_policy(lora: bool = True, seed: int = 0) -> Policy:
     """Weights drawn wide (init range 0.3) so the next-token distributions are peaked, like a real model's."""
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=512, initializer_range=0.3)
+    cfg = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+        initializer_range=0.3,
+    )
     model = LlamaForCausalLM(cfg)
     if lora:
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj",
-                                                                                   "o_proj", "down_proj"]))
+        model = get_peft_model(
+            model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"])
+        )
     model.eval()
-    return Policy(model=model, tokenizer=SimpleNamespace(bos_token_id=1), model_id="small", gguf_path=None,
-                  lora=lora, lora_rank=4 if lora else 0, lora_alpha=8.0 if lora else 0.0, eos_ids=(2,))
+    return Policy(
+        model=model,
+        tokenizer=SimpleNamespace(bos_token_id=1),
+        model_id="small",
+        gguf_path=None,
+        lora=lora,
+        lora_rank=4 if lora else 0,
+        lora_alpha=8.0 if lora else 0.0,
+        eos_ids=(2,),
+    )
 
 
 PROMPTS = [[1, 520, 9531, 198, 2683, 359, 253], [1, 4093, 198, 1780, 314, 216, 34, 31, 216, 35]]
@@ -111,8 +128,7 @@ def test_reproducible_by_seed_and_distinct_across_seeds(small):
 
 def test_max_tokens_and_stop_tokens(small):
     _, sampler = small
-    free = sampler.sample(PROMPTS, [8, 9], SamplingParams(n=4, max_new_tokens=10, stop_token_ids=(49151,)),
-                          NullHooks())
+    free = sampler.sample(PROMPTS, [8, 9], SamplingParams(n=4, max_new_tokens=10, stop_token_ids=(49151,)), NullHooks())
     assert all(len(s.token_ids) == 10 and not s.finished for g in free for s in g if 49151 not in s.token_ids)
     stop = free[0][0].token_ids[0]  # the first token of sequence 0: drawn from the prompt's logits alone
     cut = sampler.sample(PROMPTS, [8, 9], SamplingParams(n=4, max_new_tokens=10, stop_token_ids=(stop,)), NullHooks())
@@ -136,8 +152,9 @@ def test_logprobs_agree_with_transformers_and_follow_a_hot_swapped_adapter(small
     assert drift(sampler, policy, params) < 0.01
     with torch.no_grad(), policy.model.disable_adapter():  # the update changed the model
         groups = sampler.sample(PROMPTS, [5, 6], params, NullHooks())
-        off = logprob_drift([s.logprobs for s in groups[0]],
-                            trainer_logprobs(policy, PROMPTS[0], [s.token_ids for s in groups[0]], 0.8))
+        off = logprob_drift(
+            [s.logprobs for s in groups[0]], trainer_logprobs(policy, PROMPTS[0], [s.token_ids for s in groups[0]], 0.8)
+        )
     assert off > 0.05
     # a wrong export (Q/K rows left in HF order) loads without complaint and is caught by the drift
     wrong = Path(status["adapter_path"]).with_name("wrong.gguf")
@@ -240,8 +257,9 @@ def test_native_crash_in_the_child_is_a_sampler_error(tmp_path):
 
     try:
         with pytest.raises(SamplerError, match="SIGSEGV"):
-            sampler.sample(PROMPTS, [1, 2], SamplingParams(n=2, max_new_tokens=20, stop_token_ids=(49151,)),
-                           SegfaultAtThird())
+            sampler.sample(
+                PROMPTS, [1, 2], SamplingParams(n=2, max_new_tokens=20, stop_token_ids=(49151,)), SegfaultAtThird()
+            )
         assert not sampler.worker.alive
         with pytest.raises(SamplerError, match="died"):  # stays failed; the node falls back
             sampler.set_threads(1)
@@ -412,8 +430,12 @@ def test_two_rounds_the_second_samples_from_the_updated_adapter(embedded):
         sampler.sync_policy(policy)
         assert sampler.synced_version == policy.version
         groups = sampler.sample(prompts, [100 + round_, 200 + round_], params, NullHooks())
-        seqs = [TrainSequence(p, s.token_ids, 1.0 if j % 2 else -1.0, s.logprobs)
-                for p, g in zip(prompts, groups) for j, s in enumerate(g) if s.token_ids]
+        seqs = [
+            TrainSequence(p, s.token_ids, 1.0 if j % 2 else -1.0, s.logprobs)
+            for p, g in zip(prompts, groups)
+            for j, s in enumerate(g)
+            if s.token_ids
+        ]
         version = policy.version
         out = trainer.update(seqs, NullHooks())
         assert out["sampler/logprob_drift"] <= 0.05  # the trainer's first forward saw what we sampled

@@ -8,19 +8,16 @@ only the groups are made up (the right answer in some completions) instead of sa
 from __future__ import annotations
 
 import dataclasses
-import logging
 import multiprocessing
 import random
 import socket
 import time
-import weakref
 from pathlib import Path
 
 import pytest
 
 from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.hooks import NullHooks
-from sapo_core.logs import level_name
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.source import NoSwarm, open_swarm
 from sapo_core.tasks import TaskSet
@@ -31,8 +28,14 @@ pytestmark = pytest.mark.network
 
 
 def _config(**over) -> SwarmConfig:
-    base = dict(swarm_name="test-swarm", host_maddrs=["/ip4/127.0.0.1/tcp/0"], window_seconds=60.0,
-                records_per_gather=6, gather_timeout=20.0, publish_timeout=20.0)
+    base = dict(
+        swarm_name="test-swarm",
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        window_seconds=60.0,
+        records_per_gather=6,
+        gather_timeout=20.0,
+        publish_timeout=20.0,
+    )
     base.update(over)
     return SwarmConfig(**base)
 
@@ -115,16 +118,22 @@ def test_forgeries_sent_to_storage_nodes_are_refused_and_counted(swarm, verifier
             # mallory's own valid record replayed under b's key
             "wrong_key": signed_record(ks.record_key(w, b.node_id), mine, mkey, mkey, exp),
             "malformed": signed_record(ks.record_key(w, mallory.node_id), b"\x93junk", mkey, mkey, exp),
-            "wrong_swarm": signed_record(ks.record_key(w, mallory.node_id),
-                                         encode_record(Record("other", w, mallory.node_id, 5, ())), mkey, mkey, exp),
+            "wrong_swarm": signed_record(
+                ks.record_key(w, mallory.node_id),
+                encode_record(Record("other", w, mallory.node_id, 5, ())),
+                mkey,
+                mkey,
+                exp,
+            ),
             "oversized": signed_record(ks.record_key(w, mallory.node_id), b"\x00" * (260 * 1024), mkey, mkey, exp),
             "expiration": signed_record(ks.record_key(w, mallory.node_id), mine, mkey, mkey, now + 10**6),
         }
         cases["unsigned"] = (b"\xc4\x03abc", b"\xc4\x05plain")
         before = [n.dht.dht_rejections.snapshot() for n in (a, b, c)]
         for reason, (value, subkey) in cases.items():
-            key = ks.record_key(w, b.node_id if reason in ("bad_signature", "wrong_owner", "wrong_key")
-                                else mallory.node_id)
+            key = ks.record_key(
+                w, b.node_id if reason in ("bad_signature", "wrong_owner", "wrong_key") else mallory.node_id
+            )
             expiration = now + 10**6 if reason == "expiration" else exp  # the one it was signed with
             results = attacker_store(mallory, [a, b, c], key, value, subkey, expiration)
             assert results == [[False]] * 3, reason
@@ -147,8 +156,11 @@ def _tampered_groups(tasks: TaskSet, round: int) -> list[Group]:
 
     def clone(group: Group, **question_changes) -> Group:
         q = group.question
-        q = Question(question_changes.get("id", q.id), question_changes.get("text", q.text),
-                     question_changes.get("answer", q.answer))
+        q = Question(
+            question_changes.get("id", q.id),
+            question_changes.get("text", q.text),
+            question_changes.get("answer", q.answer),
+        )
         return Group(q, [Completion(c.text) for c in group.completions])
 
     return [
@@ -157,8 +169,10 @@ def _tampered_groups(tasks: TaskSet, round: int) -> list[Group]:
         clone(q3, text=q3.question.text + " Hint: the answer is -98765."),
         clone(q4, id=QuestionId("not_a_task", "abcdef", 1, 1)),
         clone(q5, id=dataclasses.replace(q5.question.id, config_digest="0" * 16)),
-        Group(q6.question, [Completion(f"{m} {q6.question.answer}") for m in ("Answer:", "The answer is", "answer =",
-                                                                               "Answer =")]),  # all right
+        Group(
+            q6.question,
+            [Completion(f"{m} {q6.question.answer}") for m in ("Answer:", "The answer is", "answer =", "Answer =")],
+        ),  # all right
     ]
 
 
@@ -225,8 +239,9 @@ def test_a_flood_of_signed_junk_costs_a_bounded_gather(swarm, verifier):
         # c gave b good groups before: trusted peers keep their slots whatever the flood
         assert c.node_id in {g.source for g in got}
         junk_records = stats["swarm/records"] - sum(1 for p in {g.source for g in got})
-        assert stats.get("swarm/rejected/answer_mismatch", 0) + stats.get("swarm/rejected/text_mismatch", 0) >= \
-            2 * max(0, junk_records - 2)
+        assert stats.get("swarm/rejected/answer_mismatch", 0) + stats.get("swarm/rejected/text_mismatch", 0) >= 2 * max(
+            0, junk_records - 2
+        )
         assert took < b.cfg.gather_timeout + 5
     finally:
         mallory.close()
@@ -245,16 +260,25 @@ def test_no_peer_answering_trains_alone_then_joins_when_the_peer_appears(tmp_pat
     host_id = load_or_create_identity(tmp_path / "host" / "node.key")
     address = f"/ip4/127.0.0.1/tcp/{port}/p2p/{host_id.peer_id}"
     hooks = RecordingHooks()
-    joiner = open_swarm(_config(swarm_name="late", initial_peers=[address], join_timeout=1.0,
-                                rejoin_min_seconds=0.5, rejoin_max_seconds=2.0),
-                        verifier, tmp_path / "joiner", hooks)
+    joiner = open_swarm(
+        _config(
+            swarm_name="late", initial_peers=[address], join_timeout=1.0, rejoin_min_seconds=0.5, rejoin_max_seconds=2.0
+        ),
+        verifier,
+        tmp_path / "joiner",
+        hooks,
+    )
     host = None
     try:
         assert "no peer answered" in hooks.text() and address in hooks.text()
         joiner.publish(0, honest_groups(1, 0))  # alone: nothing raises, the round goes on
         assert joiner.gather(0, 4, random.Random(0)) == []
-        host = open_swarm(_config(swarm_name="late", host_maddrs=[f"/ip4/127.0.0.1/tcp/{port}"]),
-                          verifier, tmp_path / "host", RecordingHooks())
+        host = open_swarm(
+            _config(swarm_name="late", host_maddrs=[f"/ip4/127.0.0.1/tcp/{port}"]),
+            verifier,
+            tmp_path / "host",
+            RecordingHooks(),
+        )
         assert host.node_id == host_id.peer_id  # the identity file fixed the peer id
         deadline = time.monotonic() + 30
         while "joined swarm" not in hooks.text() and time.monotonic() < deadline:
@@ -284,8 +308,9 @@ def test_restart_keeps_the_peer_id(tmp_path, verifier):
 def _publish_from_child(address: str, directory: str, ready, done) -> None:
     from sapo_core.tasks import TaskSet as ChildTasks
 
-    node = open_swarm(_config(swarm_name="two-processes", initial_peers=[address]),
-                      ChildTasks(TaskConfig(), seed=0), Path(directory))
+    node = open_swarm(
+        _config(swarm_name="two-processes", initial_peers=[address]), ChildTasks(TaskConfig(), seed=0), Path(directory)
+    )
     try:
         node.publish(30, honest_groups(31, 30))
         ready.put(node.node_id)
@@ -298,8 +323,7 @@ def test_groups_cross_process_boundaries(tmp_path, verifier):
     host = open_swarm(_config(swarm_name="two-processes"), verifier, tmp_path / "host")
     ctx = multiprocessing.get_context("spawn")
     ready, done = ctx.Queue(), ctx.Event()
-    child = ctx.Process(target=_publish_from_child,
-                        args=(host.join_address, str(tmp_path / "child"), ready, done))
+    child = ctx.Process(target=_publish_from_child, args=(host.join_address, str(tmp_path / "child"), ready, done))
     child.start()
     try:
         child_id = ready.get(timeout=180)

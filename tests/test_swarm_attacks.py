@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import RecordingHooks, attacker_store, honest_groups, signed_record
 
 from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
+
+from helpers import RecordingHooks, attacker_store, honest_groups, signed_record
 
 pytestmark = pytest.mark.network
 
@@ -55,8 +56,15 @@ def world(tmp_path_factory, verifier, cutter):
     joined = _default_config(initial_peers=[victim.join_address])
     honest = open_swarm(joined, verifier, d / "honest", RecordingHooks())
     attacker = open_swarm(joined, verifier, d / "attacker", RecordingHooks())
-    yield {"victim": victim, "honest": honest, "attacker": attacker, "hooks": victim_hooks, "dir": d,
-           "joined": joined, "cutter": cutter}
+    yield {
+        "victim": victim,
+        "honest": honest,
+        "attacker": attacker,
+        "hooks": victim_hooks,
+        "dir": d,
+        "joined": joined,
+        "cutter": cutter,
+    }
     for node in (victim, honest, attacker):
         node.close()
 
@@ -74,13 +82,16 @@ def _store_signed(attacker, targets, key: str, payload: bytes, subkey, expiratio
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils import MSGPackSerializer
 
-    record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey),
-                       MSGPackSerializer.dumps(payload), expiration)
+    record = DHTRecord(
+        DHTID.generate(source=key).to_bytes(),
+        MSGPackSerializer.dumps(subkey),
+        MSGPackSerializer.dumps(payload),
+        expiration,
+    )
     import dataclasses
 
     signature = attacker.dht._hivemind_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
-    return attacker_store(attacker, targets, key, record.value + b"[signature:" + signature + b"]", subkey,
-                           expiration)
+    return attacker_store(attacker, targets, key, record.value + b"[signature:" + signature + b"]", subkey, expiration)
 
 
 def _own_tag(node) -> bytes:
@@ -97,7 +108,7 @@ def test_a_signed_record_with_a_hostile_subkey_never_reaches_gather(world, kind)
     """The crash: a validly signed record whose owner subkey deserialises as a str (or a
     tuple...) was stored, and every gather that read it raised TypeError. Now storage nodes
     refuse it (`bad_subkey`), and the gather goes on with the honest peer's groups."""
-    from sapo_core.swarm.records import fit_record, encode_index, IndexEntry
+    from sapo_core.swarm.records import IndexEntry, encode_index, fit_record
 
     victim, honest, attacker = world["victim"], world["honest"], world["attacker"]
     ks = victim.keyspace
@@ -105,8 +116,15 @@ def test_a_signed_record_with_a_hostile_subkey_never_reaches_gather(world, kind)
     exp = now + 120
     r = 100 + ["str", "tuple", "list", "map", "padded", "twice", "non_canonical"].index(kind)
     tag = _own_tag(attacker)
-    subkey = {"str": tag.decode("latin-1"), "tuple": (tag,), "list": [tag], "map": {tag: 1},
-              "padded": tag + b"x" * 2000, "twice": tag + tag, "non_canonical": tag}[kind]
+    subkey = {
+        "str": tag.decode("latin-1"),
+        "tuple": (tag,),
+        "list": [tag],
+        "map": {tag: 1},
+        "padded": tag + b"x" * 2000,
+        "twice": tag + tag,
+        "non_canonical": tag,
+    }[kind]
     record = fit_record(SWARM, w, attacker.node_id, r, honest_groups(50, r)).payload
     shard = ks.shard_of(attacker.node_id, w)
     index = encode_index(IndexEntry(SWARM, w, shard, attacker.node_id, r, 3, 3, len(record)))
@@ -115,16 +133,19 @@ def test_a_signed_record_with_a_hostile_subkey_never_reaches_gather(world, kind)
         import struct
 
         raw_subkey = b"\xc6" + struct.pack(">I", len(tag)) + tag
-        stored = _store_raw_subkey(attacker, [victim, honest], ks.record_key(w, attacker.node_id), record,
-                                   raw_subkey, exp)
+        stored = _store_raw_subkey(
+            attacker, [victim, honest], ks.record_key(w, attacker.node_id), record, raw_subkey, exp
+        )
     else:
         stored = _store_signed(attacker, [victim, honest], ks.record_key(w, attacker.node_id), record, subkey, exp)
     _store_signed(attacker, [victim, honest], ks.index_key(w, shard), index, tag, exp)
     honest.publish(r, honest_groups(60, r))
     got = victim.gather(r, 8, random.Random(r))  # raised TypeError before the fix
     stats = victim.stats()
-    print(f"\nhostile subkey {kind}: stored {stored}, gather returned {len(got)} groups, "
-          f"sources {sorted({g.source[:8] for g in got})}")
+    print(
+        f"\nhostile subkey {kind}: stored {stored}, gather returned {len(got)} groups, "
+        f"sources {sorted({g.source[:8] for g in got})}"
+    )
     assert stored == [[False], [False]]
     assert victim.dht.dht_rejections.snapshot().get("bad_subkey", 0) > before
     assert {g.source for g in got} == {honest.node_id}
@@ -151,8 +172,14 @@ def _store_raw_subkey(attacker, targets, key: str, payload: bytes, raw_subkey: b
         out = []
         for t in targets:
             stub = protocol.get_stub(PeerID.from_base58(t.node_id))
-            request = dht_pb2.StoreRequest(keys=[record.key], subkeys=[raw_subkey], values=[value],
-                                           expiration_time=[expiration], in_cache=[False], peer=protocol.node_info)
+            request = dht_pb2.StoreRequest(
+                keys=[record.key],
+                subkeys=[raw_subkey],
+                values=[value],
+                expiration_time=[expiration],
+                in_cache=[False],
+                peer=protocol.node_info,
+            )
             response = await stub.rpc_store(request, timeout=10)
             out.append(list(response.store_ok))
         return out
@@ -170,9 +197,20 @@ def test_values_a_broken_storage_node_could_return_never_raise_in_the_source(wor
     payload = fit_record(SWARM, w, attacker.node_id, 1, honest_groups(51, 1)).payload
     tag = _own_tag(attacker)
     entry = IndexEntry(SWARM, w, 0, attacker.node_id, 1, 3, 3, len(payload))
-    hostile = [{tag.decode("latin-1"): (payload, now)}, {(tag,): (payload, now)}, {tag: ("text", now)},
-               {tag: (payload, float("nan"))}, {tag: (payload, float("inf"))}, {tag: None}, {tag: (payload,)},
-               {None: (payload, now)}, "junk", None, [tag, payload], {tag: (payload, now, 1)}]
+    hostile = [
+        {tag.decode("latin-1"): (payload, now)},
+        {(tag,): (payload, now)},
+        {tag: ("text", now)},
+        {tag: (payload, float("nan"))},
+        {tag: (payload, float("inf"))},
+        {tag: None},
+        {tag: (payload,)},
+        {None: (payload, now)},
+        "junk",
+        None,
+        [tag, payload],
+        {tag: (payload, now, 1)},
+    ]
     for values in hostile:
         assert victim._verify_peer_record_guarded(entry, values) == [], values
     assert victim._verify_peer_record_guarded(entry, {tag: (payload, now)})  # the well-typed one passes
@@ -189,8 +227,10 @@ def test_records_announced_without_signal_cost_no_strike_and_promised_ones_do(wo
     victim, honest = world["victim"], world["honest"]
     now, w = _now_window(victim)
     tasks = TaskSet(TaskConfig(), seed=77)
-    flat = [Group(q, [Completion(t) for t in ("Answer: -98765", "The answer is -98765")], round=5)
-            for q in tasks.sample_questions(5, 2)]
+    flat = [
+        Group(q, [Completion(t) for t in ("Answer: -98765", "The answer is -98765")], round=5)
+        for q in tasks.sample_questions(5, 2)
+    ]
     fitted = fit_record(SWARM, w, honest.node_id, 5, flat)
     assert fitted.signal_groups == 0
     values = {_own_tag(honest): (fitted.payload, now)}
@@ -212,9 +252,31 @@ def test_records_announced_without_signal_cost_no_strike_and_promised_ones_do(wo
 
 # --- fuzz: signed-but-hostile values through storage, gather and verify ----------------------
 
-_ODD_VALUES = [None, True, False, 0, -1, 2**63 - 1, -2**63, 2**64 - 1, 1.5, float("nan"), float("inf"),
-               float("-inf"), "", "x", "ü" * 5000, b"", b"\x00" * 100, [], {}, [[]], {"a": [1, {"b": None}]},
-               [None] * 64, "9" * 30000]
+_ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    2**63 - 1,
+    -(2**63),
+    2**64 - 1,
+    1.5,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "",
+    "x",
+    "ü" * 5000,
+    b"",
+    b"\x00" * 100,
+    [],
+    {},
+    [[]],
+    {"a": [1, {"b": None}]},
+    [None] * 64,
+    "9" * 30000,
+]
 
 
 def _valid_record_obj(peer: str, window: int, round: int, question) -> dict:
@@ -222,10 +284,27 @@ def _valid_record_obj(peer: str, window: int, round: int, question) -> dict:
     from sapo_core.swarm.records import FORMAT_VERSION
 
     q = question
-    group = [q.id.dataset, q.id.config_digest, q.id.seed, q.id.index, q.text, q.answer,
-             [f"Answer: {q.answer}", "Answer: -1"], [True, False]]
-    return {"v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "rec", "s": SWARM, "w": window, "id": peer,
-            "r": round, "g": [group], "rc": [[peer, 1, 0]]}
+    group = [
+        q.id.dataset,
+        q.id.config_digest,
+        q.id.seed,
+        q.id.index,
+        q.text,
+        q.answer,
+        [f"Answer: {q.answer}", "Answer: -1"],
+        [True, False],
+    ]
+    return {
+        "v": FORMAT_VERSION,
+        "p": PROTOCOL_VERSION,
+        "k": "rec",
+        "s": SWARM,
+        "w": window,
+        "id": peer,
+        "r": round,
+        "g": [group],
+        "rc": [[peer, 1, 0]],
+    }
 
 
 def hostile_record_payloads(peer: str, window: int, round: int, question) -> list[bytes]:
@@ -250,17 +329,27 @@ def hostile_record_payloads(peer: str, window: int, round: int, question) -> lis
     answer = g[5]
     extremes = [
         [f"Answer: {answer}"] * 64,  # duplicates
-        ["", ""], ["\x00", "\udfff".encode("utf-8", "surrogatepass").decode("utf-8", "replace")],
-        ["Answer" + " " * 32000, f"Answer: {answer}"], ["1" * 32760, f"Answer: {answer}"],
-        ["<answer>" * 4000, f"Answer: {answer}"], [f"\\boxed{{{'{' * 10000}", f"Answer: {answer}"],
+        ["", ""],
+        ["\x00", "\udfff".encode("utf-8", "surrogatepass").decode("utf-8", "replace")],
+        ["Answer" + " " * 32000, f"Answer: {answer}"],
+        ["1" * 32760, f"Answer: {answer}"],
+        ["<answer>" * 4000, f"Answer: {answer}"],
+        [f"\\boxed{{{'{' * 10000}", f"Answer: {answer}"],
         [f"Answer: {answer}" + " x" * 16000, "Answer: -1"],
     ]
     for comps in extremes:
         out.append(pack({**base, "g": [g[:6] + [comps, [True] * len(comps)]]}))
     out.append(pack({**base, "g": [g] * 64}))
     out.append(pack({**base, "g": [g] * 65}))
-    for rc in ([[peer, float("nan"), 0]], [[peer, 1, float("inf")]], [[None, 1, 0]], [[peer, 1, 0]] * 65,
-               [[peer, 2**64 - 1, 0]], [peer], [[peer, 1, 0, 9]]):
+    for rc in (
+        [[peer, float("nan"), 0]],
+        [[peer, 1, float("inf")]],
+        [[None, 1, 0]],
+        [[peer, 1, 0]] * 65,
+        [[peer, 2**64 - 1, 0]],
+        [peer],
+        [[peer, 1, 0, 9]],
+    ):
         out.append(pack({**base, "rc": rc}))
     return out
 
@@ -270,7 +359,7 @@ def test_fuzz_hostile_values_through_storage_validators_decode_verify_and_the_so
     from hivemind.dht.validation import CompositeValidator
 
     from sapo_core.swarm.records import IndexEntry, RecordError, decode_any
-    from sapo_core.swarm.validation import ReasonCounter, SwarmSchemaValidator, OwnedSignatureValidator
+    from sapo_core.swarm.validation import OwnedSignatureValidator, ReasonCounter, SwarmSchemaValidator
     from sapo_core.swarm.verify import VerifyLimits, verify_record
 
     victim, attacker = world["victim"], world["attacker"]
@@ -280,20 +369,26 @@ def test_fuzz_hostile_values_through_storage_validators_decode_verify_and_the_so
     payloads = hostile_record_payloads(attacker.node_id, w, 7, question)
     tag = _own_tag(attacker)
     counts = ReasonCounter()
-    chain = CompositeValidator([OwnedSignatureValidator(victim.dht._hivemind_key, counts),
-                                SwarmSchemaValidator(ks, counts)])
+    chain = CompositeValidator(
+        [OwnedSignatureValidator(victim.dht._hivemind_key, counts), SwarmSchemaValidator(ks, counts)]
+    )
+    import dataclasses
+
     from hivemind.dht.routing import DHTID
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils import MSGPackSerializer
-    import dataclasses
 
     key = ks.record_key(w, attacker.node_id)
     decoded = stored = 0
     started = time.perf_counter()
     for payload in payloads:
         for expiration in (now + 60, float("nan"), float("inf")):
-            record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(tag),
-                               MSGPackSerializer.dumps(payload), expiration)
+            record = DHTRecord(
+                DHTID.generate(source=key).to_bytes(),
+                MSGPackSerializer.dumps(tag),
+                MSGPackSerializer.dumps(payload),
+                expiration,
+            )
             sig = attacker.dht._hivemind_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
             ok = chain.validate(dataclasses.replace(record, value=record.value + b"[signature:" + sig + b"]"))
             assert ok in (True, False)
@@ -308,8 +403,10 @@ def test_fuzz_hostile_values_through_storage_validators_decode_verify_and_the_so
         entry = IndexEntry(SWARM, w, ks.shard_of(attacker.node_id, w), attacker.node_id, 7, 1, 1, len(payload))
         victim._verify_peer_record_guarded(entry, {tag: (payload, now + 60)}, VerifyLimits(cpu_seconds=2.0))
     took = time.perf_counter() - started
-    print(f"\nfuzz: {len(payloads)} hostile records x 3 expirations through the validator chain, "
-          f"{stored} storable, {decoded} decoded and verified, {took:.1f} s")
+    print(
+        f"\nfuzz: {len(payloads)} hostile records x 3 expirations through the validator chain, "
+        f"{stored} storable, {decoded} decoded and verified, {took:.1f} s"
+    )
     assert victim.stats().get("swarm/verify_errors", 0) == 0
     assert stored >= 1 and decoded >= 1  # the valid base record and the extremes that are well formed
 
@@ -328,8 +425,7 @@ def test_fuzz_hostile_values_over_the_network_never_raise_out_of_gather(world, v
     payloads = hostile_record_payloads(attacker.node_id, w, 300, question)
     rng = random.Random(5)
     sample = [payloads[0]] + rng.sample(payloads[1:], 24)
-    subkeys = [tag, tag.decode("latin-1"), (tag,), [tag], {tag: tag}, 5, None, 1.5, float("nan"), True, b"",
-               tag * 3]
+    subkeys = [tag, tag.decode("latin-1"), (tag,), [tag], {tag: tag}, 5, None, 1.5, float("nan"), True, b"", tag * 3]
     shard = ks.shard_of(attacker.node_id, w)
     index = encode_index(IndexEntry(SWARM, w, shard, attacker.node_id, 300, 1, 1, 100))
     raised = []
@@ -345,8 +441,10 @@ def test_fuzz_hostile_values_over_the_network_never_raise_out_of_gather(world, v
         got = victim.gather(r, 8, random.Random(r))
         assert honest.node_id in {g.source for g in got}, victim.stats()
         assert victim.stats().get("swarm/gather_errors", 0) == 0 and victim.stats().get("swarm/verify_errors", 0) == 0
-    print(f"\nfuzz over the network: {len(sample)} hostile records stored by a real attacker "
-          f"({len(raised)} not even sendable), 3 gathers, no exception")
+    print(
+        f"\nfuzz over the network: {len(sample)} hostile records stored by a real attacker "
+        f"({len(raised)} not even sendable), 3 gathers, no exception"
+    )
 
 
 # --- poison with a right answer ---------------------------------------------------------------
@@ -363,8 +461,10 @@ def fresh_attacker(world, verifier, tmp_path):
 def _groups_of(question_texts, questions, round: int) -> list:
     from sapo_core.rollouts import Completion, Group
 
-    return [Group(q, [Completion(t, finished=True) for t in texts], round=round)
-            for q, texts in zip(questions, question_texts)]
+    return [
+        Group(q, [Completion(t, finished=True) for t in texts], round=round)
+        for q, texts in zip(questions, question_texts)
+    ]
 
 
 def test_poisoned_completions_are_cut_collapsed_and_one_peer_cannot_fill_the_gather(world, verifier, fresh_attacker):
@@ -395,13 +495,15 @@ def test_poisoned_completions_are_cut_collapsed_and_one_peer_cannot_fill_the_gat
         texts = [c.text for c in g.completions]
         copies += len(texts) - len(set(texts))
         for c in g.completions:
-            assert c.token_ids == cutter.encode(c.text)[:cutter.max_tokens]  # scored = trained
+            assert c.token_ids == cutter.encode(c.text)[: cutter.max_tokens]  # scored = trained
             if "#" in c.text and c.reward > mean:
                 trained_garbage_positive += 1
-    print(f"\npoison: J=20 from a 60-group attacker and a 12-group honest peer: {by_peer[attacker.node_id]} "
-          f"attacker / {by_peer[honest.node_id]} honest; garbage completions with positive advantage "
-          f"{trained_garbage_positive}; duplicate copies returned {copies} "
-          f"(collapsed {stats.get('swarm/duplicates_collapsed', 0):.0f}, cut {stats.get('swarm/completions_cut', 0):.0f})")
+    print(
+        f"\npoison: J=20 from a 60-group attacker and a 12-group honest peer: {by_peer[attacker.node_id]} "
+        f"attacker / {by_peer[honest.node_id]} honest; garbage completions with positive advantage "
+        f"{trained_garbage_positive}; duplicate copies returned {copies} "
+        f"(collapsed {stats.get('swarm/duplicates_collapsed', 0):.0f}, cut {stats.get('swarm/completions_cut', 0):.0f})"
+    )
     assert by_peer[attacker.node_id] <= 10 and by_peer[honest.node_id] >= 10
     assert trained_garbage_positive == 0 and copies == 0
     assert stats["swarm/completions_cut"] >= 12 and stats["swarm/duplicates_collapsed"] >= 3 * 62
@@ -439,10 +541,12 @@ def test_cpu_attacks_cost_a_bounded_gather(world, verifier, attack, fresh_attack
     got = victim.gather(r, 8, random.Random(r))
     took = time.perf_counter() - started
     stats = victim.stats()
-    print(f"\ncpu attack {attack}: gather {took:.2f} s (timeout {victim.cfg.gather_timeout:g} s), verify cpu "
-          f"{stats.get('swarm/verify_cpu_s', 0):.2f} s, cpu_budget rejections {stats.get('swarm/rejected/cpu_budget', 0):.0f}, "
-          f"attacker strikes {strikes_before:g} -> {victim.reputation._strikes.get(attacker.node_id, 0.0):g}"
-          f"{' (ignored)' if victim.reputation.is_ignored(attacker.node_id) else ''}")
+    print(
+        f"\ncpu attack {attack}: gather {took:.2f} s (timeout {victim.cfg.gather_timeout:g} s), verify cpu "
+        f"{stats.get('swarm/verify_cpu_s', 0):.2f} s, cpu_budget rejections {stats.get('swarm/rejected/cpu_budget', 0):.0f}, "
+        f"attacker strikes {strikes_before:g} -> {victim.reputation._strikes.get(attacker.node_id, 0.0):g}"
+        f"{' (ignored)' if victim.reputation.is_ignored(attacker.node_id) else ''}"
+    )
     assert took < victim.cfg.gather_timeout + 2
     assert got  # the gather still delivers (earlier tests' peers may fill the slots beside the honest one)
     if attack == "bf_distinct":
@@ -466,8 +570,9 @@ def _sybil(ks, attacker, targets, verifier, kind: str, window: float, exp: float
     if kind == "junk":  # a wrong answer claimed right
         from sapo_core.rollouts import Completion, Group, Question
 
-        groups = [Group(Question(q.id, q.text, "-55555"), [Completion("Answer: -55555"), Completion("Answer: 1")])
-                  for q in qs]
+        groups = [
+            Group(Question(q.id, q.text, "-55555"), [Completion("Answer: -55555"), Completion("Answer: 1")]) for q in qs
+        ]
     else:  # no signal at all (no number: partial credit cannot tell them apart)
         groups = _groups_of([["", "..."] for _ in qs], qs, r)
     record_round = r - 5 if kind == "old_round" else r
@@ -524,15 +629,19 @@ def test_a_24_identity_flood_does_not_starve_the_honest_peer(world, verifier, cu
             ghost_fetches += stats.get("swarm/records_missing", 0)
             honest_rounds += honest.node_id in reached
             used_rounds += honest.node_id in {g.source for g in got}
-            assert all(g.source not in sybils for g in got), [(sybils[g.source], g.rewards) for g in got
-                                                               if g.source in sybils]
+            assert all(g.source not in sybils for g in got), [
+                (sybils[g.source], g.rewards) for g in got if g.source in sybils
+            ]
         ignored = [sybils[p] for p in victim.reputation.ignored() if p in sybils]
-        struck = {k: sum(1 for p, kk in sybils.items() if kk == k and victim.reputation.is_suspect(p))
-                  for k in set(kinds)}
-        print(f"\nflood of {len(sybils)} identities: honest groups reached the victim in {honest_rounds}/{rounds} "
-              f"rounds, used in {used_rounds}/{rounds}; "
-              f"ghost fetches {ghost_fetches:.0f} of {rounds * victim.cfg.records_per_gather} slots; struck by kind "
-              f"{dict(sorted(struck.items()))}; ignored {len(ignored)}; gather max {max(gather_s):.2f} s")
+        struck = {
+            k: sum(1 for p, kk in sybils.items() if kk == k and victim.reputation.is_suspect(p)) for k in set(kinds)
+        }
+        print(
+            f"\nflood of {len(sybils)} identities: honest groups reached the victim in {honest_rounds}/{rounds} "
+            f"rounds, used in {used_rounds}/{rounds}; "
+            f"ghost fetches {ghost_fetches:.0f} of {rounds * victim.cfg.records_per_gather} slots; struck by kind "
+            f"{dict(sorted(struck.items()))}; ignored {len(ignored)}; gather max {max(gather_s):.2f} s"
+        )
         assert honest_rounds >= 0.9 * rounds
         assert struck["liar"] + struck["old_round"] + struck["ghost"] + struck["zero"] + struck["junk"] >= 6
     finally:
@@ -553,12 +662,20 @@ def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
 
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
     honest, attacker = world["honest"], world["attacker"]
-    cfg = NodeConfig().replace(**{
-        "run_dir": str(tmp_path / "run"), "round.local_groups": 1, "round.external_groups": 4,
-        "sampler.group_size": 4, "round.auto_scale": False, "train.steps_per_round": 1,
-        "swarm.swarm_name": SWARM, "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
-        "swarm.initial_peers": [world["victim"].join_address], "swarm.identity_path": str(tmp_path / "id.key"),
-    })
+    cfg = NodeConfig().replace(
+        **{
+            "run_dir": str(tmp_path / "run"),
+            "round.local_groups": 1,
+            "round.external_groups": 4,
+            "sampler.group_size": 4,
+            "round.auto_scale": False,
+            "train.steps_per_round": 1,
+            "swarm.swarm_name": SWARM,
+            "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+            "swarm.initial_peers": [world["victim"].join_address],
+            "swarm.identity_path": str(tmp_path / "id.key"),
+        }
+    )
     node = Node(cfg)
     node.setup()
     trained: list[str] = []
@@ -576,19 +693,31 @@ def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
         for i in range(2):
             r = 700 + i
             qs = verifier.sample_questions(r, 4)
-            poisoned = [[f"{rng.choice(links).format(n=rng.randrange(10**6))}\nAnswer: {q.answer}",
-                         f"The answer is {q.answer}. {rng.choice(links).format(n=rng.randrange(10**6))}",
-                         "Answer: -31337"] for q in qs[:2]]
-            poisoned += [["".join(rng.choice("abcdefghij#@%&*{}<>~ ") for _ in range(6000)) + f"\nAnswer: {q.answer}",
-                          "Answer: -31337"] for q in qs[2:]]
+            poisoned = [
+                [
+                    f"{rng.choice(links).format(n=rng.randrange(10**6))}\nAnswer: {q.answer}",
+                    f"The answer is {q.answer}. {rng.choice(links).format(n=rng.randrange(10**6))}",
+                    "Answer: -31337",
+                ]
+                for q in qs[:2]
+            ]
+            poisoned += [
+                [
+                    "".join(rng.choice("abcdefghij#@%&*{}<>~ ") for _ in range(6000)) + f"\nAnswer: {q.answer}",
+                    "Answer: -31337",
+                ]
+                for q in qs[2:]
+            ]
             attacker.publish(node.next_round, _groups_of(poisoned, qs, node.next_round))
             honest.publish(node.next_round, honest_groups(200 + i, node.next_round, n=3))
             metrics.append(node.run_round())
     finally:
         node.close()
     poisoned_trained = [t for t in trained if "http" in t or "bit.ly" in t or "#" in t or "{" in t]
-    print(f"\nnode: {len(trained)} peer completions trained over 2 rounds, poisoned {len(poisoned_trained)}; "
-          f"unlikely dropped {sum(m.get('swarm/unlikely', 0) for m in metrics):.0f}; "
-          f"external groups {[m['groups/external'] for m in metrics]}")
+    print(
+        f"\nnode: {len(trained)} peer completions trained over 2 rounds, poisoned {len(poisoned_trained)}; "
+        f"unlikely dropped {sum(m.get('swarm/unlikely', 0) for m in metrics):.0f}; "
+        f"external groups {[m['groups/external'] for m in metrics]}"
+    )
     assert poisoned_trained == []
     assert trained  # the honest peer's groups were trained on

@@ -14,6 +14,7 @@ from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.swarm.discovery import addresses_to_announce, announcement, discovery_interfaces, parse_announcement
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
+
 from helpers import RecordingHooks, honest_groups
 
 PEER = "12D3KooWAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
@@ -27,31 +28,36 @@ def test_an_announcement_round_trips():
     assert parse_announcement(raw, "s1", OTHER) == (PEER, [f"/ip4/10.0.0.{i}/tcp/4001" for i in range(3)])
 
 
-@pytest.mark.parametrize("props, why", [
-    ({"v": "1", "swarm": "s2", "peer": PEER, "a0": "/ip4/1.2.3.4/tcp/1"}, "another swarm"),
-    ({"v": "2", "swarm": "s1", "peer": PEER, "a0": "/ip4/1.2.3.4/tcp/1"}, "another version"),
-    ({"v": "1", "swarm": "s1", "peer": OTHER, "a0": "/ip4/1.2.3.4/tcp/1"}, "ourselves"),
-    ({"v": "1", "swarm": "s1", "peer": "0OIl" * 10, "a0": "/ip4/1.2.3.4/tcp/1"}, "not base58"),
-    ({"v": "1", "swarm": "s1", "peer": "short", "a0": "/ip4/1.2.3.4/tcp/1"}, "too short"),
-    ({"v": "1", "swarm": "s1", "peer": PEER}, "no address"),
-    ({"v": "1", "swarm": "s1", "peer": PEER, "a0": "ip4/1.2.3.4"}, "not a multiaddr"),
-    ({"v": "1", "swarm": "s1", "peer": PEER, "a0": "/ip4/1.2.3.4/tcp/1/p2p/X/p2p-circuit"}, "relayed"),
-    ({"v": "1", "swarm": "s1", "peer": PEER, "a0": "/ip4/1.2.3.4/tcp/1;rm -rf"}, "odd characters"),
-    ({"v": "1", "swarm": "s1", "peer": PEER, "a0": "/" + "a" * 300}, "too long"),
-    ({b"v": b"1", b"swarm": b"s1", b"peer": b"\xff" * 40, b"a0": b"/ip4/1.2.3.4/tcp/1"}, "not ascii"),
-])
+@pytest.mark.parametrize(
+    "props, why",
+    [
+        ({"v": "1", "swarm": "s2", "peer": PEER, "a0": "/ip4/1.2.3.4/tcp/1"}, "another swarm"),
+        ({"v": "2", "swarm": "s1", "peer": PEER, "a0": "/ip4/1.2.3.4/tcp/1"}, "another version"),
+        ({"v": "1", "swarm": "s1", "peer": OTHER, "a0": "/ip4/1.2.3.4/tcp/1"}, "ourselves"),
+        ({"v": "1", "swarm": "s1", "peer": "0OIl" * 10, "a0": "/ip4/1.2.3.4/tcp/1"}, "not base58"),
+        ({"v": "1", "swarm": "s1", "peer": "short", "a0": "/ip4/1.2.3.4/tcp/1"}, "too short"),
+        ({"v": "1", "swarm": "s1", "peer": PEER}, "no address"),
+        ({"v": "1", "swarm": "s1", "peer": PEER, "a0": "ip4/1.2.3.4"}, "not a multiaddr"),
+        ({"v": "1", "swarm": "s1", "peer": PEER, "a0": "/ip4/1.2.3.4/tcp/1/p2p/X/p2p-circuit"}, "relayed"),
+        ({"v": "1", "swarm": "s1", "peer": PEER, "a0": "/ip4/1.2.3.4/tcp/1;rm -rf"}, "odd characters"),
+        ({"v": "1", "swarm": "s1", "peer": PEER, "a0": "/" + "a" * 300}, "too long"),
+        ({b"v": b"1", b"swarm": b"s1", b"peer": b"\xff" * 40, b"a0": b"/ip4/1.2.3.4/tcp/1"}, "not ascii"),
+    ],
+)
 def test_bad_announcements_are_dropped(props, why):
     assert parse_announcement(props, "s1", OTHER) is None, why
 
 
 def test_discovery_runs_where_the_node_listens():
     assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/127.0.0.1/tcp/0"])) is None  # tests: off
-    assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/127.0.0.1/tcp/0", "/ip4/10.1.2.3/tcp/0"])) \
-        == ["10.1.2.3"]
+    assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/127.0.0.1/tcp/0", "/ip4/10.1.2.3/tcp/0"])) == [
+        "10.1.2.3"
+    ]
     assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/0.0.0.0/tcp/0"])) == []
     assert discovery_interfaces(SwarmConfig(host_maddrs=[])) == []
-    assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/0.0.0.0/tcp/0"], lan_interfaces=["127.0.0.1"])) \
-        == ["127.0.0.1"]
+    assert discovery_interfaces(SwarmConfig(host_maddrs=["/ip4/0.0.0.0/tcp/0"], lan_interfaces=["127.0.0.1"])) == [
+        "127.0.0.1"
+    ]
 
 
 def test_loopback_addresses_are_announced_only_on_loopback():
@@ -69,8 +75,11 @@ def _loopback_multicast_works() -> str:
         recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         recv.bind(("", 0))
         port = recv.getsockname()[1]
-        recv.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                        struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton("127.0.0.1")))
+        recv.setsockopt(
+            socket.IPPROTO_IP,
+            socket.IP_ADD_MEMBERSHIP,
+            struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton("127.0.0.1")),
+        )
         recv.settimeout(2)
         send = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
         send.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
@@ -91,8 +100,14 @@ def test_two_nodes_find_each_other_on_loopback_by_mdns(tmp_path):
         pytest.skip(why)
     verifier = TaskSet(TaskConfig(), seed=0)
     name = f"lan-{random.randrange(1 << 30):x}"  # no other test's nodes in this swarm
-    cfg = SwarmConfig(swarm_name=name, host_maddrs=["/ip4/127.0.0.1/tcp/0"], lan_interfaces=["127.0.0.1"],
-                      window_seconds=60.0, gather_timeout=20.0, publish_timeout=20.0)
+    cfg = SwarmConfig(
+        swarm_name=name,
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        lan_interfaces=["127.0.0.1"],
+        window_seconds=60.0,
+        gather_timeout=20.0,
+        publish_timeout=20.0,
+    )
     hooks = [RecordingHooks(), RecordingHooks()]
     a = open_swarm(cfg, verifier, tmp_path / "a", hooks[0])
     b = None

@@ -9,7 +9,12 @@ import pytest
 
 from sapo_core.cli import main as sapo_node
 from sapo_core.swarm.identity import (
-    IdentityError, export_identity, import_identity, load_identity, load_or_create_identity, node_name,
+    IdentityError,
+    export_identity,
+    import_identity,
+    load_identity,
+    load_or_create_identity,
+    node_name,
 )
 
 

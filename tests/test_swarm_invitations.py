@@ -12,11 +12,22 @@ import pytest
 from sapo_core.commands import run as run_cmd
 from sapo_core.config import NodeConfig, TaskConfig
 from sapo_core.swarm.invitations import (
-    MAX_CHARS, InvitationError, apply_invitation, invitation_for, make_invitation, parse_invitation,
+    MAX_CHARS,
+    InvitationError,
+    apply_invitation,
+    invitation_for,
+    make_invitation,
+    parse_invitation,
 )
 from sapo_core.swarm.source import open_swarm
 from sapo_core.swarm.swarmlist import (
-    SwarmEntry, SwarmListError, add_user_swarm, apply_swarm, find_swarm, load_swarms, parse_swarms,
+    SwarmEntry,
+    SwarmListError,
+    add_user_swarm,
+    apply_swarm,
+    find_swarm,
+    load_swarms,
+    parse_swarms,
 )
 from sapo_core.tasks import TaskSet
 
@@ -26,10 +37,13 @@ PRIVATE = f"/ip4/192.168.1.20/tcp/31337/p2p/{PEER_ID}"
 
 
 def test_an_invitation_round_trips():
-    entry = SwarmEntry(name="class-7b", window_seconds=120.0, shards=4,
-                       tasks={"basic_arithmetic": 1.0, "calendar_arithmetic": 0.5})
+    entry = SwarmEntry(
+        name="class-7b", window_seconds=120.0, shards=4, tasks={"basic_arithmetic": 1.0, "calendar_arithmetic": 0.5}
+    )
     url = make_invitation(entry, [PUBLIC, PRIVATE, PUBLIC])
-    assert url.startswith("sapo://join/class-7b?v=1&window=120&shards=4&tasks=basic_arithmetic:1,calendar_arithmetic:0.5")
+    assert url.startswith(
+        "sapo://join/class-7b?v=1&window=120&shards=4&tasks=basic_arithmetic:1,calendar_arithmetic:0.5"
+    )
     assert f"peer={PUBLIC}" in url  # readable: slashes stay slashes
     inv = parse_invitation(f"  {url}\n")
     assert inv.peers == [PUBLIC, PRIVATE] and inv.swarm.name == "class-7b"
@@ -42,31 +56,34 @@ def test_only_private_addresses_are_warned_about():
     assert inv.private_only and "private" in inv.warnings()[0] and "same network" in inv.warnings()[0]
 
 
-@pytest.mark.parametrize("text, error", [
-    ("", "starts with sapo://join/"),
-    (PUBLIC, "a bare address"),
-    ("https://join/x?peer=" + PUBLIC, "starts with sapo://join/"),
-    ("sapo://leave/x?peer=" + PUBLIC, "starts with sapo://join/"),
-    ("sapo://join/?peer=" + PUBLIC, "name is missing"),
-    ("sapo://join/a/b?peer=" + PUBLIC, "name is missing"),
-    ("sapo://join/bad name?peer=" + PUBLIC, "no spaces"),
-    ("sapo://join/bad*name?peer=" + PUBLIC, "must be 1..64 letters"),
-    ("sapo://join/x", "names no peer"),
-    ("sapo://join/x?peer=/ip4/1.2.3.4/tcp/1", "/p2p/<peer id>"),
-    ("sapo://join/x?peer=" + PUBLIC + "&evil=1", "unknown part 'evil'"),
-    ("sapo://join/x?peer=" + PUBLIC + "&shards=2&shards=3", "given twice"),
-    ("sapo://join/x?peer=" + PUBLIC + "&shards=many", "whole number"),
-    ("sapo://join/x?peer=" + PUBLIC + "&shards=0", "shards"),
-    ("sapo://join/x?peer=" + PUBLIC + "&window=1", "window"),
-    ("sapo://join/x?peer=" + PUBLIC + "&tasks=rm_rf:1", "unknown task"),
-    ("sapo://join/x?peer=" + PUBLIC + "&tasks=bf:x", "name:number"),
-    ("sapo://join/x?peer=" + PUBLIC + "&v=2", "version"),
-    ("sapo://join/x?" + "&".join(["peer=" + PUBLIC] * 9), "at most 8"),
-    ("sapo://join/x?peer=" + PUBLIC + "#frag", "no '#'"),
-    ("sapo://join/x?peer=" + PUBLIC + "&" + "a" * MAX_CHARS, "too long"),
-    ("sapo://join/x?peer=" + PUBLIC.replace("203", "２０３"), "no spaces or special characters"),
-    ("sapo://join/x?peer=" + PUBLIC + "&&&", "malformed"),
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("", "starts with sapo://join/"),
+        (PUBLIC, "a bare address"),
+        ("https://join/x?peer=" + PUBLIC, "starts with sapo://join/"),
+        ("sapo://leave/x?peer=" + PUBLIC, "starts with sapo://join/"),
+        ("sapo://join/?peer=" + PUBLIC, "name is missing"),
+        ("sapo://join/a/b?peer=" + PUBLIC, "name is missing"),
+        ("sapo://join/bad name?peer=" + PUBLIC, "no spaces"),
+        ("sapo://join/bad*name?peer=" + PUBLIC, "must be 1..64 letters"),
+        ("sapo://join/x", "names no peer"),
+        ("sapo://join/x?peer=/ip4/1.2.3.4/tcp/1", "/p2p/<peer id>"),
+        ("sapo://join/x?peer=" + PUBLIC + "&evil=1", "unknown part 'evil'"),
+        ("sapo://join/x?peer=" + PUBLIC + "&shards=2&shards=3", "given twice"),
+        ("sapo://join/x?peer=" + PUBLIC + "&shards=many", "whole number"),
+        ("sapo://join/x?peer=" + PUBLIC + "&shards=0", "shards"),
+        ("sapo://join/x?peer=" + PUBLIC + "&window=1", "window"),
+        ("sapo://join/x?peer=" + PUBLIC + "&tasks=rm_rf:1", "unknown task"),
+        ("sapo://join/x?peer=" + PUBLIC + "&tasks=bf:x", "name:number"),
+        ("sapo://join/x?peer=" + PUBLIC + "&v=2", "version"),
+        ("sapo://join/x?" + "&".join(["peer=" + PUBLIC] * 9), "at most 8"),
+        ("sapo://join/x?peer=" + PUBLIC + "#frag", "no '#'"),
+        ("sapo://join/x?peer=" + PUBLIC + "&" + "a" * MAX_CHARS, "too long"),
+        ("sapo://join/x?peer=" + PUBLIC.replace("203", "２０３"), "no spaces or special characters"),
+        ("sapo://join/x?peer=" + PUBLIC + "&&&", "malformed"),
+    ],
+)
 def test_bad_invitations_say_what_is_wrong(text, error):
     with pytest.raises(InvitationError, match=None) as e:
         parse_invitation(text)
@@ -86,14 +103,17 @@ def test_swarm_list_ships_an_honest_example_and_takes_the_users(tmp_path):
         find_swarm("nope", user)
 
 
-@pytest.mark.parametrize("text, error", [
-    ("[[swarm]]\nname = 'a b'\n", "name: 'a b' must be"),
-    ("[[swarm]]\nname = 'a'\nport = 1\n", "unknown key(s) port"),
-    ("[[swarm]]\nname = 'a'\nbootstrap = ['/ip4/1.2.3.4/tcp/1']\n", "bootstrap: '/ip4/1.2.3.4/tcp/1'"),
-    ("[[swarm]]\nname = 'a'\n[swarm.tasks]\nbf = -1\n", "tasks.bf: weight"),
-    ("swarm = 3\n", "[[swarm]] table"),
-    ("[[swarm]\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("[[swarm]]\nname = 'a b'\n", "name: 'a b' must be"),
+        ("[[swarm]]\nname = 'a'\nport = 1\n", "unknown key(s) port"),
+        ("[[swarm]]\nname = 'a'\nbootstrap = ['/ip4/1.2.3.4/tcp/1']\n", "bootstrap: '/ip4/1.2.3.4/tcp/1'"),
+        ("[[swarm]]\nname = 'a'\n[swarm.tasks]\nbf = -1\n", "tasks.bf: weight"),
+        ("swarm = 3\n", "[[swarm]] table"),
+        ("[[swarm]\n", "not valid TOML"),
+    ],
+)
 def test_bad_swarm_lists_name_the_entry(text, error):
     with pytest.raises(SwarmListError) as e:
         parse_swarms(text, "x.toml")
@@ -137,9 +157,17 @@ def test_a_node_joins_a_swarm_through_an_invitation(tmp_path):
     from helpers import RecordingHooks, honest_groups
 
     verifier = TaskSet(TaskConfig(), seed=0)
-    base = NodeConfig().replace(**{"swarm.swarm_name": "invited", "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
-                                   "swarm.window_seconds": 60.0, "swarm.shards": 2, "swarm.shards_read": 2,
-                                   "swarm.lan_discovery": False, "swarm.gather_timeout": 20.0})
+    base = NodeConfig().replace(
+        **{
+            "swarm.swarm_name": "invited",
+            "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+            "swarm.window_seconds": 60.0,
+            "swarm.shards": 2,
+            "swarm.shards_read": 2,
+            "swarm.lan_discovery": False,
+            "swarm.gather_timeout": 20.0,
+        }
+    )
     host = open_swarm(base.swarm, verifier, tmp_path / "host", RecordingHooks())
     guest = None
     try:
@@ -173,9 +201,16 @@ def test_a_dead_bootstrap_list_trains_alone_and_retries(tmp_path):
     s.close()
     user = tmp_path / "swarms.toml"
     add_user_swarm(SwarmEntry(name="gone", bootstrap=[dead], window_seconds=60.0), user)
-    cfg = apply_swarm(NodeConfig(), find_swarm("gone", user)).replace(**{
-        "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "swarm.lan_discovery": False, "swarm.join_timeout": 1.0,
-        "swarm.join_attempts": 1, "swarm.rejoin_min_seconds": 0.3, "swarm.rejoin_max_seconds": 1.0})
+    cfg = apply_swarm(NodeConfig(), find_swarm("gone", user)).replace(
+        **{
+            "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+            "swarm.lan_discovery": False,
+            "swarm.join_timeout": 1.0,
+            "swarm.join_attempts": 1,
+            "swarm.rejoin_min_seconds": 0.3,
+            "swarm.rejoin_max_seconds": 1.0,
+        }
+    )
     hooks = RecordingHooks()
     node = open_swarm(cfg.swarm, TaskSet(TaskConfig(), seed=0), tmp_path / "n", hooks)
     try:

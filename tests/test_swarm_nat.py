@@ -47,8 +47,12 @@ def nat():
         _sh("ip", "link", "add", f"{tag}c", "type", "veth", "peer", "name", f"{tag}d")
         _sh("ip", "link", "set", f"{tag}c", "netns", ns["nat"])
         _sh("ip", "link", "set", f"{tag}d", "netns", ns["priv"])
-        for side, dev, addr in (("pub", "a", PUBLIC_IP), ("nat", "b", NAT_PUBLIC_IP), ("nat", "c", NAT_PRIVATE_IP),
-                                ("priv", "d", PRIVATE_IP)):
+        for side, dev, addr in (
+            ("pub", "a", PUBLIC_IP),
+            ("nat", "b", NAT_PUBLIC_IP),
+            ("nat", "c", NAT_PRIVATE_IP),
+            ("priv", "d", PRIVATE_IP),
+        ):
             prefix = "24"
             _sh("ip", "-n", ns[side], "addr", "add", f"{addr}/{prefix}", "dev", f"{tag}{dev}")
             _sh("ip", "-n", ns[side], "link", "set", f"{tag}{dev}", "up")
@@ -56,8 +60,21 @@ def nat():
             _sh("ip", "-n", name, "link", "set", "lo", "up")
         _sh("ip", "-n", ns["priv"], "route", "add", "default", "via", NAT_PRIVATE_IP)
         _sh("ip", "netns", "exec", ns["nat"], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
-        _sh("ip", "netns", "exec", ns["nat"], "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", f"{tag}b",
-            "-j", "MASQUERADE")
+        _sh(
+            "ip",
+            "netns",
+            "exec",
+            ns["nat"],
+            "iptables",
+            "-t",
+            "nat",
+            "-A",
+            "POSTROUTING",
+            "-o",
+            f"{tag}b",
+            "-j",
+            "MASQUERADE",
+        )
     except subprocess.CalledProcessError as e:
         for name in made:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
@@ -72,9 +89,15 @@ class NsNode:
 
     def __init__(self, ns: str, cfg: dict, identity_dir: Path) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "tests.nat_node",
-                                      json.dumps(cfg), str(identity_dir)], cwd=REPO, env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "tests.nat_node", json.dumps(cfg), str(identity_dir)],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
     def read(self, timeout: float = 120) -> dict:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -100,15 +123,23 @@ class NsNode:
 
 
 def test_a_node_behind_nat_joins_as_a_client_and_is_read(nat, tmp_path):
-    base = {"swarm_name": "nat-test", "window_seconds": 60.0, "gather_timeout": 20.0, "publish_timeout": 20.0,
-            "lan_discovery": False}
+    base = {
+        "swarm_name": "nat-test",
+        "window_seconds": 60.0,
+        "gather_timeout": 20.0,
+        "publish_timeout": 20.0,
+        "lan_discovery": False,
+    }
     public = NsNode(nat["pub"], {**base, "host_maddrs": [f"/ip4/{PUBLIC_IP}/tcp/0"]}, tmp_path / "pub")
     private = None
     try:
         hello = public.read()
         assert hello["address"].startswith(f"/ip4/{PUBLIC_IP}/tcp/"), hello
-        private = NsNode(nat["priv"], {**base, "host_maddrs": ["/ip4/0.0.0.0/tcp/0"],
-                                       "initial_peers": [hello["address"]]}, tmp_path / "priv")
+        private = NsNode(
+            nat["priv"],
+            {**base, "host_maddrs": ["/ip4/0.0.0.0/tcp/0"], "initial_peers": [hello["address"]]},
+            tmp_path / "priv",
+        )
         joined = private.read()
         log = joined["log"]
         # the public node saw the NAT's address, could not connect back, and the node became a client

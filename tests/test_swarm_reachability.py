@@ -13,52 +13,81 @@ from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.swarm import reachability as R
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
+
 from helpers import RecordingHooks, honest_groups
 
 
 def _config(**over) -> SwarmConfig:
-    base = dict(swarm_name="reach-test", host_maddrs=["/ip4/127.0.0.1/tcp/0"], window_seconds=60.0,
-                gather_timeout=20.0, publish_timeout=20.0, lan_discovery=False)
+    base = dict(
+        swarm_name="reach-test",
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        window_seconds=60.0,
+        gather_timeout=20.0,
+        publish_timeout=20.0,
+        lan_discovery=False,
+    )
     base.update(over)
     return SwarmConfig(**base)
 
 
-@pytest.mark.parametrize("maddrs, ports", [
-    (["/ip4/127.0.0.1/tcp/4001/p2p/Qm", "/ip6/::1/tcp/4001", "/ip4/10.0.0.2/tcp/4002"], [4001, 4002]),
-    (["/ip4/1.2.3.4/udp/4001/quic"], []),
-    (["/ip4/1.2.3.4/tcp/5/p2p/Qm/p2p-circuit"], []),
-    (["/ip4/1.2.3.4/tcp/0", "/ip4/1.2.3.4/tcp/x", "/ip4/1.2.3.4/tcp"], []),
-    ([f"/ip4/1.2.3.4/tcp/{p}" for p in range(1, 10)], [1, 2, 3, 4]),
-])
+@pytest.mark.parametrize(
+    "maddrs, ports",
+    [
+        (["/ip4/127.0.0.1/tcp/4001/p2p/Qm", "/ip6/::1/tcp/4001", "/ip4/10.0.0.2/tcp/4002"], [4001, 4002]),
+        (["/ip4/1.2.3.4/udp/4001/quic"], []),
+        (["/ip4/1.2.3.4/tcp/5/p2p/Qm/p2p-circuit"], []),
+        (["/ip4/1.2.3.4/tcp/0", "/ip4/1.2.3.4/tcp/x", "/ip4/1.2.3.4/tcp"], []),
+        ([f"/ip4/1.2.3.4/tcp/{p}" for p in range(1, 10)], [1, 2, 3, 4]),
+    ],
+)
 def test_tcp_ports(maddrs, ports):
     assert R.tcp_ports(maddrs) == ports
 
 
-@pytest.mark.parametrize("maddr, private", [
-    ("/ip4/127.0.0.1/tcp/1/p2p/Qm", True), ("/ip4/192.168.1.20/tcp/1", True), ("/ip4/10.1.2.3/tcp/1", True),
-    ("/ip4/172.16.0.1/tcp/1", True), ("/ip4/100.64.1.1/tcp/1", True), ("/ip4/169.254.1.1/tcp/1", True),
-    ("/ip6/fd00::1/tcp/1", True), ("/ip6/::1/tcp/1", True), ("/ip4/0.0.0.0/tcp/1", True),
-    ("/ip4/8.8.8.8/tcp/1", False), ("/ip6/2001:4860::8888/tcp/1", False),
-    ("/dns4/example.org/tcp/1", False), ("/ip4/10.0.0.1/tcp/1/p2p/Qm/p2p-circuit/p2p/Qn", False),
-])
+@pytest.mark.parametrize(
+    "maddr, private",
+    [
+        ("/ip4/127.0.0.1/tcp/1/p2p/Qm", True),
+        ("/ip4/192.168.1.20/tcp/1", True),
+        ("/ip4/10.1.2.3/tcp/1", True),
+        ("/ip4/172.16.0.1/tcp/1", True),
+        ("/ip4/100.64.1.1/tcp/1", True),
+        ("/ip4/169.254.1.1/tcp/1", True),
+        ("/ip6/fd00::1/tcp/1", True),
+        ("/ip6/::1/tcp/1", True),
+        ("/ip4/0.0.0.0/tcp/1", True),
+        ("/ip4/8.8.8.8/tcp/1", False),
+        ("/ip6/2001:4860::8888/tcp/1", False),
+        ("/dns4/example.org/tcp/1", False),
+        ("/ip4/10.0.0.1/tcp/1/p2p/Qm/p2p-circuit/p2p/Qn", False),
+    ],
+)
 def test_private_addresses(maddr, private):
     assert R.is_private(maddr) is private
 
 
-@pytest.mark.parametrize("data, ports", [
-    (b'{"ports": [4001, 4002]}', [4001, 4002]),
-    (b'{"ports": [0, 70000, "80", true, 22]}', [22]),
-    (b'{"ports": [1, 2, 3, 4, 5, 6]}', [1, 2, 3, 4]),
-    (b'{"ports": 5}', []), (b"[]", []), (b"\xff\xfe", []), (b"not json", []),
-    (b'{"ports": [1]}' + b" " * 600, []),
-])
+@pytest.mark.parametrize(
+    "data, ports",
+    [
+        (b'{"ports": [4001, 4002]}', [4001, 4002]),
+        (b'{"ports": [0, 70000, "80", true, 22]}', [22]),
+        (b'{"ports": [1, 2, 3, 4, 5, 6]}', [1, 2, 3, 4]),
+        (b'{"ports": 5}', []),
+        (b"[]", []),
+        (b"\xff\xfe", []),
+        (b"not json", []),
+        (b'{"ports": [1]}' + b" " * 600, []),
+    ],
+)
 def test_dialback_requests_are_parsed_strictly(data, ports):
     assert R.parse_request(data) == ports
 
 
 def test_dialback_answers_are_parsed_strictly():
-    assert R.parse_answer(b'{"seen": "1.2.3.4", "reached": ["/ip4/1.2.3.4/tcp/1"]}') == \
-        ("1.2.3.4", ["/ip4/1.2.3.4/tcp/1"])
+    assert R.parse_answer(b'{"seen": "1.2.3.4", "reached": ["/ip4/1.2.3.4/tcp/1"]}') == (
+        "1.2.3.4",
+        ["/ip4/1.2.3.4/tcp/1"],
+    )
     assert R.parse_answer(b'{"seen": 5, "reached": []}') == ("", [])
     assert R.parse_answer(b'{"seen": "x", "reached": [1, "' + b"a" * 300 + b'"]}') == ("x", [])
     assert R.parse_answer(b"x" * 5000) == ("", [])
@@ -154,8 +183,12 @@ def test_an_unreachable_server_restarts_as_a_client(tmp_path):
     b = None
     try:
         # the daemon listens on a port of its own choosing; the only address we tell peers is dead
-        b = open_swarm(_config(initial_peers=[a.join_address], announce_maddrs=[f"/ip4/127.0.0.1/tcp/{dead_port}"]),
-                       verifier, tmp_path / "b", hooks)
+        b = open_swarm(
+            _config(initial_peers=[a.join_address], announce_maddrs=[f"/ip4/127.0.0.1/tcp/{dead_port}"]),
+            verifier,
+            tmp_path / "b",
+            hooks,
+        )
         assert "restarting it as a DHT client" in hooks.text(), hooks.text()
         assert b.dht.client_mode and b.dht.num_peers() > 0
         b.publish(1, honest_groups(seed=5, round=1))

@@ -11,8 +11,18 @@ import pytest
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.keys import PROTOCOL_VERSION, KeySpace
 from sapo_core.swarm.records import (
-    FORMAT_VERSION, MAX_RECORD_BYTES, IndexEntry, Record, RecordError, WireGroup, decode_any,
-    decode_index, decode_record, encode_index, encode_record, fit_record,
+    FORMAT_VERSION,
+    MAX_RECORD_BYTES,
+    IndexEntry,
+    Record,
+    RecordError,
+    WireGroup,
+    decode_any,
+    decode_index,
+    decode_record,
+    encode_index,
+    encode_record,
+    fit_record,
 )
 
 
@@ -26,23 +36,42 @@ def _record(groups=()) -> Record:
 
 
 def _raw(**over) -> bytes:
-    obj = {"v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "rec", "s": "swarm-a", "w": 12, "id": "QmPeer",
-           "r": 3, "g": [["basic_arithmetic", "0123456789abcdef", 7, 1, "q", "a", ["x", "y"], [True, False]]],
-           "rc": [["QmOther", 2, 0]]}
+    obj = {
+        "v": FORMAT_VERSION,
+        "p": PROTOCOL_VERSION,
+        "k": "rec",
+        "s": "swarm-a",
+        "w": 12,
+        "id": "QmPeer",
+        "r": 3,
+        "g": [["basic_arithmetic", "0123456789abcdef", 7, 1, "q", "a", ["x", "y"], [True, False]]],
+        "rc": [["QmOther", 2, 0]],
+    }
     obj.update(over)
     return msgpack.packb({k: v for k, v in obj.items() if v is not None}, use_bin_type=True)
 
 
 def _v1_record() -> bytes:
     """A record exactly as version 1 wrote it (7-item groups, no finished flags, no receipts)."""
-    return msgpack.packb({"v": 1, "p": 1, "k": "rec", "s": "swarm-a", "w": 12, "id": "QmPeer", "r": 3,
-                          "g": [["basic_arithmetic", "0123456789abcdef", 7, 1, "q", "a", ["x", "y"]]]},
-                         use_bin_type=True)
+    return msgpack.packb(
+        {
+            "v": 1,
+            "p": 1,
+            "k": "rec",
+            "s": "swarm-a",
+            "w": 12,
+            "id": "QmPeer",
+            "r": 3,
+            "g": [["basic_arithmetic", "0123456789abcdef", 7, 1, "q", "a", ["x", "y"]]],
+        },
+        use_bin_type=True,
+    )
 
 
 def test_record_round_trip():
-    wire = WireGroup(QuestionId("bf", "ffff", 1, 2), "question ü", "answer", ("one", "two", "three"),
-                     (True, False, True))
+    wire = WireGroup(
+        QuestionId("bf", "ffff", 1, 2), "question ü", "answer", ("one", "two", "three"), (True, False, True)
+    )
     record = Record("swarm-a", 12, "QmPeer", 3, (wire,), (("QmOther", 2, 0), ("QmThird", 9, 63)))
     assert decode_record(encode_record(record), "swarm-a") == record
     assert decode_record(_raw(), "swarm-a").groups[0].finished == (True, False)
@@ -58,37 +87,40 @@ def test_index_round_trip_and_decode_any():
     assert decode_any(encode_record(small_record), "swarm-a") == small_record
 
 
-@pytest.mark.parametrize("payload, reason", [
-    (b"\xc1\xc1\xc1", "malformed"),  # not msgpack
-    (msgpack.packb([1, 2, 3]), "malformed"),  # not a map
-    ("a string", "malformed"),
-    (_raw(v=FORMAT_VERSION - 1), "wrong_version"),  # a v1 record (old and new never half-mix)
-    (_v1_record(), "wrong_version"),
-    (_raw(p=PROTOCOL_VERSION + 1), "wrong_version"),
-    (_raw(s="other-swarm"), "wrong_swarm"),
-    (_raw(k="idx"), "malformed"),
-    (_raw(w="12"), "malformed"),
-    (_raw(r=-1), "malformed"),
-    (_raw(id=""), "malformed"),
-    (_raw(g=None), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["only one"], [True]]]), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", 5], [True, True]]]), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", True, 1, "q", "a", ["x", "y"], [True, True]]]), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"]]]), "malformed"),  # v1's 7 items
-    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"], [True]]]), "malformed"),
-    (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"], [1, 0]]]), "malformed"),
-    (_raw(g=[["", "d", 7, 1, "q", "a", ["x", "y"], [True, True]]]), "malformed"),
-    (_raw(g=[["b", "d", 7, 1, "q", "a", ["x", "y"], [True, True]]] * 65), "malformed"),
-    (_raw(rc=None), "malformed"),
-    (_raw(rc=[["QmX", 1, 0]] * 65), "malformed"),
-    (_raw(rc=[["QmX", -1, 0]]), "malformed"),
-    (_raw(rc=[["QmX", 1, 64]]), "malformed"),
-    (_raw(rc=[["QmX", 1]]), "malformed"),
-    (_raw(rc=[["", 1, 0]]), "malformed"),
-    (_raw(extra=msgpack.ExtType(1, b"x")), "malformed"),
-    (_raw() + b"\x00", "malformed"),  # trailing bytes
-    (b"\x00" * (MAX_RECORD_BYTES + 1), "oversized"),
-])
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (b"\xc1\xc1\xc1", "malformed"),  # not msgpack
+        (msgpack.packb([1, 2, 3]), "malformed"),  # not a map
+        ("a string", "malformed"),
+        (_raw(v=FORMAT_VERSION - 1), "wrong_version"),  # a v1 record (old and new never half-mix)
+        (_v1_record(), "wrong_version"),
+        (_raw(p=PROTOCOL_VERSION + 1), "wrong_version"),
+        (_raw(s="other-swarm"), "wrong_swarm"),
+        (_raw(k="idx"), "malformed"),
+        (_raw(w="12"), "malformed"),
+        (_raw(r=-1), "malformed"),
+        (_raw(id=""), "malformed"),
+        (_raw(g=None), "malformed"),
+        (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["only one"], [True]]]), "malformed"),
+        (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", 5], [True, True]]]), "malformed"),
+        (_raw(g=[["basic_arithmetic", "d", True, 1, "q", "a", ["x", "y"], [True, True]]]), "malformed"),
+        (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"]]]), "malformed"),  # v1's 7 items
+        (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"], [True]]]), "malformed"),
+        (_raw(g=[["basic_arithmetic", "d", 7, 1, "q", "a", ["x", "y"], [1, 0]]]), "malformed"),
+        (_raw(g=[["", "d", 7, 1, "q", "a", ["x", "y"], [True, True]]]), "malformed"),
+        (_raw(g=[["b", "d", 7, 1, "q", "a", ["x", "y"], [True, True]]] * 65), "malformed"),
+        (_raw(rc=None), "malformed"),
+        (_raw(rc=[["QmX", 1, 0]] * 65), "malformed"),
+        (_raw(rc=[["QmX", -1, 0]]), "malformed"),
+        (_raw(rc=[["QmX", 1, 64]]), "malformed"),
+        (_raw(rc=[["QmX", 1]]), "malformed"),
+        (_raw(rc=[["", 1, 0]]), "malformed"),
+        (_raw(extra=msgpack.ExtType(1, b"x")), "malformed"),
+        (_raw() + b"\x00", "malformed"),  # trailing bytes
+        (b"\x00" * (MAX_RECORD_BYTES + 1), "oversized"),
+    ],
+)
 def test_bad_records_are_refused_with_their_reason(payload, reason):
     with pytest.raises(RecordError) as err:
         decode_record(payload, "swarm-a")

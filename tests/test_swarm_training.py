@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from sapo_core.config import NodeConfig
+from sapo_core.contributions import receipt_totals
 from sapo_core.hooks import NullHooks
 from sapo_core.sampler.base import SampledSequence
-from sapo_core.contributions import receipt_totals
 
 pytestmark = pytest.mark.network
 
@@ -56,12 +56,19 @@ class ScriptedSampler:
 
 def _node_config(tmp: Path, i: int, join: str | None, **over) -> NodeConfig:
     changes = {
-        "run_dir": str(tmp / f"node{i}"), "seed": i,
-        "sampler.group_size": 4, "sampler.max_new_tokens": 16,
-        "round.local_groups": 2, "round.external_groups": 2, "round.auto_scale": False,
-        "train.steps_per_round": 1, "eval.enabled": False,  # held-out evaluation: tests/test_evaluation.py
-        "swarm.swarm_name": "training-test", "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
-        "swarm.window_seconds": 120.0, "swarm.identity_path": str(tmp / f"identity{i}.key"),
+        "run_dir": str(tmp / f"node{i}"),
+        "seed": i,
+        "sampler.group_size": 4,
+        "sampler.max_new_tokens": 16,
+        "round.local_groups": 2,
+        "round.external_groups": 2,
+        "round.auto_scale": False,
+        "train.steps_per_round": 1,
+        "eval.enabled": False,  # held-out evaluation: tests/test_evaluation.py
+        "swarm.swarm_name": "training-test",
+        "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+        "swarm.window_seconds": 120.0,
+        "swarm.identity_path": str(tmp / f"identity{i}.key"),
         "swarm.initial_peers": [join] if join else [],
     }
     changes.update(over)
@@ -73,8 +80,9 @@ def _start_nodes(tmp: Path, n: int, scripted: bool, **over) -> list:
 
     nodes, join = [], None
     for i in range(n):
-        node = Node(_node_config(tmp, i, join, **over), NullHooks(),
-                    sampler_factory=ScriptedSampler if scripted else None)
+        node = Node(
+            _node_config(tmp, i, join, **over), NullHooks(), sampler_factory=ScriptedSampler if scripted else None
+        )
         node.setup()
         join = join or node.source.join_address
         nodes.append(node)
@@ -129,16 +137,27 @@ def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
     so that ~95 % of honest text passes: docs/calibration.md, 'Likelihood floor'); it ignores no
     peer."""
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
-    nodes = _start_nodes(tmp_path, 3, scripted=False, **{
-        "model.name": "smollm2-135m-instruct", "sampler.group_size": 8, "sampler.max_new_tokens": 48,
-        "sampler.threads": 1, "swarm.window_seconds": 300.0})
+    nodes = _start_nodes(
+        tmp_path,
+        3,
+        scripted=False,
+        **{
+            "model.name": "smollm2-135m-instruct",
+            "sampler.group_size": 8,
+            "sampler.max_new_tokens": 48,
+            "sampler.threads": 1,
+            "swarm.window_seconds": 300.0,
+        },
+    )
     try:
         last = {}
         for _ in range(2):
             for i, node in enumerate(nodes):
                 last[i] = node.run_round()
         for m in last.values():
-            m_swarm = {k: v for k, v in m.items() if k.startswith(("swarm/rejected", "swarm/unlikely", "swarm/ignored")) and v}
+            m_swarm = {
+                k: v for k, v in m.items() if k.startswith(("swarm/rejected", "swarm/unlikely", "swarm/ignored")) and v
+            }
             assert m["swarm/published"] >= 1 and m["swarm/records"] == 2, m_swarm
             honest = ("zero_advantage", "duplicates", "no_signal", "unlikely")
             expected = sum(m.get(f"swarm/rejected/{r}", 0.0) for r in honest)
@@ -149,7 +168,9 @@ def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
         shared = sum(m["swarm/accepted"] for m in last.values())
         assert shared == sum(m["swarm/received"] - m.get("swarm/rejected/zero_advantage", 0) for m in last.values())
         # unlikely counts completions: at most a quarter of the honest ones received (8 per group)
-        assert sum(m["swarm/unlikely"] for m in last.values()) <= 0.25 * 8 * sum(m["swarm/received"] for m in last.values())
+        assert sum(m["swarm/unlikely"] for m in last.values()) <= 0.25 * 8 * sum(
+            m["swarm/received"] for m in last.values()
+        )
     finally:
         for node in nodes:
             node.close()

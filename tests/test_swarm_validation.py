@@ -15,10 +15,18 @@ from sapo_core.rollouts import QuestionId
 from sapo_core.swarm.identity import load_or_create_identity
 from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import (
-    IndexEntry, Record, WireGroup, encode_index, encode_record,
+    IndexEntry,
+    Record,
+    WireGroup,
+    encode_index,
+    encode_record,
 )
 from sapo_core.swarm.validation import (
-    OwnedSignatureValidator, ReasonCounter, SwarmSchemaValidator, owner_peer_id, owner_tag,
+    OwnedSignatureValidator,
+    ReasonCounter,
+    SwarmSchemaValidator,
+    owner_peer_id,
+    owner_tag,
 )
 
 KS = KeySpace("swarm-a", 300.0, 16)
@@ -35,8 +43,9 @@ def keys(tmp_path_factory):
 
 def _chain(reader_key) -> tuple[CompositeValidator, ReasonCounter]:
     counts = ReasonCounter()
-    return CompositeValidator([OwnedSignatureValidator(reader_key, counts),
-                               SwarmSchemaValidator(KS, counts, clock=lambda: NOW)]), counts
+    return CompositeValidator(
+        [OwnedSignatureValidator(reader_key, counts), SwarmSchemaValidator(KS, counts, clock=lambda: NOW)]
+    ), counts
 
 
 def _record_payload(peer: str, window: int = WINDOW, swarm: str = "swarm-a") -> bytes:
@@ -47,8 +56,12 @@ def _record_payload(peer: str, window: int = WINDOW, swarm: str = "swarm-a") -> 
 def _dht_record(key: str, payload, owner_key, signer_key=None, expiration: float = NOW + 600) -> DHTRecord:
     """What hivemind's store_many builds and signs (node.py), optionally signed by someone else."""
     subkey = owner_tag(owner_key.get_public_key().to_bytes()) if owner_key is not None else b"plain"
-    record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey),
-                       MSGPackSerializer.dumps(payload), expiration)
+    record = DHTRecord(
+        DHTID.generate(source=key).to_bytes(),
+        MSGPackSerializer.dumps(subkey),
+        MSGPackSerializer.dumps(payload),
+        expiration,
+    )
     signer = signer_key or owner_key
     if signer is None:
         return record
@@ -71,20 +84,23 @@ def test_owner_signed_record_and_index_pass(keys):
     assert owner_peer_id(rec.subkey) == alice.peer_id
 
 
-@pytest.mark.parametrize("case, reason", [
-    ("unsigned", "unsigned"),
-    ("signed_by_another_key", "bad_signature"),
-    ("tampered_after_signing", "bad_signature"),
-    ("subkey_owned_by_someone_else", "wrong_owner"),
-    ("replayed_under_another_key", "wrong_key"),
-    ("index_in_wrong_shard", "wrong_key"),
-    ("old_window", "stale"),
-    ("immortal", "expiration"),
-    ("other_swarm", "wrong_swarm"),
-    ("not_msgpack", "malformed"),
-    ("not_bytes", "malformed"),
-    ("oversized", "oversized"),
-])
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        ("unsigned", "unsigned"),
+        ("signed_by_another_key", "bad_signature"),
+        ("tampered_after_signing", "bad_signature"),
+        ("subkey_owned_by_someone_else", "wrong_owner"),
+        ("replayed_under_another_key", "wrong_key"),
+        ("index_in_wrong_shard", "wrong_key"),
+        ("old_window", "stale"),
+        ("immortal", "expiration"),
+        ("other_swarm", "wrong_swarm"),
+        ("not_msgpack", "malformed"),
+        ("not_bytes", "malformed"),
+        ("oversized", "oversized"),
+    ],
+)
 def test_forged_and_broken_records_are_refused_and_counted(keys, case, reason):
     alice, akey = keys["alice"]
     mallory, mkey = keys["mallory"]
@@ -106,14 +122,17 @@ def test_forged_and_broken_records_are_refused_and_counted(keys, case, reason):
         entry = encode_index(IndexEntry("swarm-a", WINDOW, shard, mallory.peer_id, 0, 1, 1, 100))
         record = _dht_record(KS.index_key(WINDOW, shard), entry, mkey)
     elif case == "old_window":
-        record = _dht_record(KS.record_key(WINDOW - 5, mallory.peer_id),
-                             _record_payload(mallory.peer_id, WINDOW - 5), mkey)
+        record = _dht_record(
+            KS.record_key(WINDOW - 5, mallory.peer_id), _record_payload(mallory.peer_id, WINDOW - 5), mkey
+        )
     elif case == "immortal":
-        record = _dht_record(KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id), mkey,
-                             expiration=NOW + 10**7)
+        record = _dht_record(
+            KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id), mkey, expiration=NOW + 10**7
+        )
     elif case == "other_swarm":
-        record = _dht_record(KS.record_key(WINDOW, mallory.peer_id),
-                             _record_payload(mallory.peer_id, swarm="swarm-b"), mkey)
+        record = _dht_record(
+            KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id, swarm="swarm-b"), mkey
+        )
     elif case == "not_msgpack":
         record = _dht_record(KS.record_key(WINDOW, mallory.peer_id), b"\xc1junk", mkey)
     elif case == "not_bytes":
@@ -143,8 +162,12 @@ def test_junk_never_raises(keys):
 
 def _signed_with_subkey(key: str, payload, signer_key, subkey_obj, expiration: float = NOW + 600) -> DHTRecord:
     """A record its owner signed properly, but with any subkey value (a hostile peer's choice)."""
-    record = DHTRecord(DHTID.generate(source=key).to_bytes(), MSGPackSerializer.dumps(subkey_obj),
-                       MSGPackSerializer.dumps(payload), expiration)
+    record = DHTRecord(
+        DHTID.generate(source=key).to_bytes(),
+        MSGPackSerializer.dumps(subkey_obj),
+        MSGPackSerializer.dumps(payload),
+        expiration,
+    )
     signature = signer_key.sign(MSGPackSerializer.dumps(dataclasses.astuple(record)))
     return dataclasses.replace(record, value=record.value + b"[signature:" + signature + b"]")
 
@@ -156,10 +179,16 @@ def test_an_owner_signed_subkey_of_another_type_or_size_is_refused(keys, case):
     owner tag per owner only."""
     mallory, mkey = keys["mallory"]
     tag = owner_tag(mkey.get_public_key().to_bytes())
-    subkey = {"str": tag.decode("latin-1"), "tuple": (tag,), "list": [tag], "map": {tag: 0},
-              "padded": tag + b" ", "twice": tag + tag, "huge": tag + b"x" * 1_500_000}[case]
-    record = _signed_with_subkey(KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id), mkey,
-                                 subkey)
+    subkey = {
+        "str": tag.decode("latin-1"),
+        "tuple": (tag,),
+        "list": [tag],
+        "map": {tag: 0},
+        "padded": tag + b" ",
+        "twice": tag + tag,
+        "huge": tag + b"x" * 1_500_000,
+    }[case]
+    record = _signed_with_subkey(KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id), mkey, subkey)
     ok, counts = _check(keys, record)
     assert not ok and counts == {"bad_subkey": 1}
     assert owner_peer_id(MSGPackSerializer.loads(record.subkey)) is None or case in ("padded", "twice")
@@ -168,8 +197,9 @@ def test_an_owner_signed_subkey_of_another_type_or_size_is_refused(keys, case):
 @pytest.mark.parametrize("expiration", [float("nan"), float("inf"), float("-inf")])
 def test_a_non_finite_expiration_is_refused_and_counted(keys, expiration):
     mallory, mkey = keys["mallory"]
-    record = _dht_record(KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id), mkey,
-                         expiration=expiration)
+    record = _dht_record(
+        KS.record_key(WINDOW, mallory.peer_id), _record_payload(mallory.peer_id), mkey, expiration=expiration
+    )
     ok, counts = _check(keys, record)
     assert not ok and counts == {"bad_expiration": 1}
     schema_counts = ReasonCounter()

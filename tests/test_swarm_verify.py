@@ -12,7 +12,12 @@ from sapo_core.config import TaskConfig
 from sapo_core.rollouts import Completion, Group, QuestionId
 from sapo_core.swarm.records import Record, WireGroup
 from sapo_core.swarm.verify import (
-    JUNK_REASONS, CompletionCutter, PeerReputation, VerifyLimits, sample_groups, verify_record,
+    JUNK_REASONS,
+    CompletionCutter,
+    PeerReputation,
+    VerifyLimits,
+    sample_groups,
+    verify_record,
 )
 from sapo_core.tasks import TaskSet
 
@@ -50,13 +55,16 @@ def test_honest_group_is_accepted_and_rescored_by_us(tasks, question):
     assert group.question.answer == question.answer  # regenerated, not the sender's
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({"answer": "41"}, "answer_mismatch"),
-    ({"text": "What is 2 + 2? (the answer is 5)"}, "text_mismatch"),
-    ({"question_id": QuestionId("no_such_task", "abcd", 1, 1)}, "unknown_task"),
-    ({"question_id": "config"}, "unknown_config"),
-    ({"question_id": "index"}, "bad_index"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"answer": "41"}, "answer_mismatch"),
+        ({"text": "What is 2 + 2? (the answer is 5)"}, "text_mismatch"),
+        ({"question_id": QuestionId("no_such_task", "abcd", 1, 1)}, "unknown_task"),
+        ({"question_id": "config"}, "unknown_config"),
+        ({"question_id": "index"}, "bad_index"),
+    ],
+)
 def test_tampered_or_unknown_questions_are_refused(tasks, question, change, reason):
     if change.get("question_id") == "config":
         change = {"question_id": dataclasses.replace(question.id, config_digest="0" * 16)}
@@ -109,8 +117,7 @@ def test_scorer_failure_is_a_refusal_not_a_crash(question):
 
 
 def test_sample_groups_is_uniform_without_replacement(question):
-    pool = [Group(question, [Completion("a", reward=0), Completion("b", reward=1)], source=f"p{i}")
-            for i in range(10)]
+    pool = [Group(question, [Completion("a", reward=0), Completion("b", reward=1)], source=f"p{i}") for i in range(10)]
     rng = random.Random(0)
     assert len({id(g) for g in sample_groups(pool, 4, rng)}) == 4
     assert len(sample_groups(pool, 40, rng)) == 10
@@ -212,8 +219,9 @@ def test_completions_are_scored_as_cut_to_our_limit(tasks, question):
 
 
 def test_an_unfinished_completion_stays_unfinished(tasks, question):
-    wire = WireGroup(question.id, question.text, question.answer, (f"Answer: {question.answer}", "Answer: -1"),
-                     (False, True))
+    wire = WireGroup(
+        question.id, question.text, question.answer, (f"Answer: {question.answer}", "Answer: -1"), (False, True)
+    )
     (group,) = verify_record(_record(wire), tasks, PEER).accepted
     assert [c.finished for c in group.completions] == [False, True]
 
@@ -221,8 +229,9 @@ def test_an_unfinished_completion_stays_unfinished(tasks, question):
 def test_a_record_over_its_cpu_budget_is_junk_and_the_deadline_stops_verifying(tasks, question):
     ticks = iter(range(1000))
     good = _wire(question, [f"Answer: {question.answer}", "x"])
-    verdict = verify_record(_record(*[good] * 5), tasks, PEER, VerifyLimits(cpu_seconds=2.5),
-                            cpu_clock=lambda: float(next(ticks)))
+    verdict = verify_record(
+        _record(*[good] * 5), tasks, PEER, VerifyLimits(cpu_seconds=2.5), cpu_clock=lambda: float(next(ticks))
+    )
     assert len(verdict.accepted) == 2 and verdict.rejected == Counter({"cpu_budget": 3}) and verdict.junk
     verdict = verify_record(_record(*[good] * 5), tasks, PEER, VerifyLimits(deadline=0.0), wall_clock=lambda: 1.0)
     assert verdict.accepted == [] and verdict.rejected == Counter({"over_deadline": 5}) and not verdict.junk

@@ -13,8 +13,17 @@ import pytest
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, PROMPT_STYLES, ConfigError, TaskConfig
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.tasks import (
-    EXAMPLE_SEED, KNOWN_CONFIGS, LEVELS, MAX_INDEX, MAX_SEED, PROMPTS, TaskSet, UnknownQuestion, config_digest,
-    one_shot_example, regenerate,
+    EXAMPLE_SEED,
+    KNOWN_CONFIGS,
+    LEVELS,
+    MAX_INDEX,
+    MAX_SEED,
+    PROMPTS,
+    TaskSet,
+    UnknownQuestion,
+    config_digest,
+    one_shot_example,
+    regenerate,
 )
 
 ALL_NINE = TaskConfig(weights={d: 1.0 for d in PAPER_SPECIALTIES})
@@ -64,29 +73,33 @@ def test_regeneration_is_exact_in_a_fresh_process():
         "print(json.dumps(out))\n"
     )
     payload = json.dumps([[q.dataset, q.config_digest, q.seed, q.index] for q in ids])
-    done = subprocess.run([sys.executable, "-c", script], input=payload, capture_output=True, text=True,
-                          timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=payload, capture_output=True, text=True, timeout=120, check=True
+    )
     theirs = json.loads(done.stdout.strip().splitlines()[-1])
     ours = [[regenerate(q).text, regenerate(q).answer] for q in ids]
     assert theirs == ours
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (QuestionId("chess", "0" * 16, 1, 1), "unknown_task"),
-    (QuestionId(["bf"], "0" * 16, 1, 1), "unknown_task"),  # type: ignore[arg-type]
-    (QuestionId("bf", "0123456789abcdef", 1, 1), "unknown_config"),
-    (QuestionId("bf", config_digest("bf", {"difficulty": 1, "extra": 1}), 1, 1), "unknown_config"),
-    (QuestionId("bf", config_digest("bf", {"difficulty": 3}), 1, 1), "unknown_config"),  # too slow to verify
-    (QuestionId("bf", qid("arc_1d").config_digest, 1, 1), "unknown_config"),  # another dataset's level
-    (QuestionId("bf", None, 1, 1), "unknown_config"),  # type: ignore[arg-type]
-    (dataclasses.replace(qid("bf"), index=-1), "bad_index"),
-    (dataclasses.replace(qid("bf"), index=MAX_INDEX), "bad_index"),
-    (dataclasses.replace(qid("bf"), index=True), "bad_index"),
-    (dataclasses.replace(qid("bf"), index="3"), "bad_index"),
-    (dataclasses.replace(qid("bf"), seed=-1), "bad_index"),
-    (dataclasses.replace(qid("bf"), seed=MAX_SEED), "bad_index"),
-    (dataclasses.replace(qid("bf"), seed=1.0), "bad_index"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (QuestionId("chess", "0" * 16, 1, 1), "unknown_task"),
+        (QuestionId(["bf"], "0" * 16, 1, 1), "unknown_task"),  # type: ignore[arg-type]
+        (QuestionId("bf", "0123456789abcdef", 1, 1), "unknown_config"),
+        (QuestionId("bf", config_digest("bf", {"difficulty": 1, "extra": 1}), 1, 1), "unknown_config"),
+        (QuestionId("bf", config_digest("bf", {"difficulty": 3}), 1, 1), "unknown_config"),  # too slow to verify
+        (QuestionId("bf", qid("arc_1d").config_digest, 1, 1), "unknown_config"),  # another dataset's level
+        (QuestionId("bf", None, 1, 1), "unknown_config"),  # type: ignore[arg-type]
+        (dataclasses.replace(qid("bf"), index=-1), "bad_index"),
+        (dataclasses.replace(qid("bf"), index=MAX_INDEX), "bad_index"),
+        (dataclasses.replace(qid("bf"), index=True), "bad_index"),
+        (dataclasses.replace(qid("bf"), index="3"), "bad_index"),
+        (dataclasses.replace(qid("bf"), seed=-1), "bad_index"),
+        (dataclasses.replace(qid("bf"), seed=MAX_SEED), "bad_index"),
+        (dataclasses.replace(qid("bf"), seed=1.0), "bad_index"),
+    ],
+)
 def test_unknown_questions_are_rejected_with_a_reason(bad, reason):
     with pytest.raises(UnknownQuestion) as info:
         TaskSet(TaskConfig(), seed=0).regenerate(bad)
@@ -162,8 +175,14 @@ def test_one_shot_examples_are_right_and_fixed(dataset):
     for level in range(len(LEVELS[dataset])):
         shots = [tasks.messages(regenerate(qid(dataset, level, index=i)))[:2] for i in (1, 2)]
         assert shots[0] == shots[1]  # one example per (dataset, level), whatever the question
-        example = regenerate(QuestionId(dataset, qid(dataset, level).config_digest, EXAMPLE_SEED,
-                                        one_shot_example(dataset, qid(dataset, level).config_digest).id.index))
+        example = regenerate(
+            QuestionId(
+                dataset,
+                qid(dataset, level).config_digest,
+                EXAMPLE_SEED,
+                one_shot_example(dataset, qid(dataset, level).config_digest).id.index,
+            )
+        )
         assert tasks.score(example, [shots[0][1]["content"]]) == [1.0]
 
 
@@ -192,7 +211,7 @@ def test_format_reward_is_off_by_default_and_adds_its_weight():
     assert TaskSet(TaskConfig(format_reward=0.5), 0).score(q, completions) == [1.5, 1.0, 0.5]
 
 
-def _question(dataset: str, text: str, seed: int = 0) -> "Question":
+def _question(dataset: str, text: str, seed: int = 0) -> Question:
     """The first easy question of `seed` whose text starts with `text`."""
     for index in range(20_000):
         q = regenerate(qid(dataset, 0, seed=seed, index=index))
@@ -210,8 +229,11 @@ def _issue_11_table():
     m = frac.entry["metadata"]
     assert (m["numerator"], m["denominator"]) != (m["simplified_numerator"], m["simplified_denominator"])
     right_frac = f"{m['simplified_numerator']}/{m['simplified_denominator']}"
-    day = next(q for q in (regenerate(qid("calendar_arithmetic", 0, index=i)) for i in range(200))
-               if q.answer in ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"))
+    day = next(
+        q
+        for q in (regenerate(qid("calendar_arithmetic", 0, index=i)) for i in range(200))
+        if q.answer in ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+    )
     wrong_day = "Sunday" if day.answer != "Sunday" else "Monday"
     return [
         (four_minus_one, "Answer: 3", 1.0, 1.0),
@@ -303,17 +325,20 @@ def test_state_round_trips_through_json():
 # --- config -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("changes, key", [
-    ({"weights": {"chess": 1.0}}, "tasks.weights.chess"),
-    ({"weights": {"bf": -1}}, "tasks.weights.bf"),
-    ({"weights": {"bf": 0}}, "tasks.weights"),
-    ({"difficulty": "default"}, "tasks.difficulty"),
-    ({"levels": {"bf": "extreme"}}, "tasks.levels.bf"),
-    ({"curriculum_window": 0}, "tasks.curriculum_window"),
-    ({"curriculum_raise": 0.1, "curriculum_lower": 0.2}, "tasks.curriculum_lower"),
-    ({"prompt": "cot"}, "tasks.prompt"),
-    ({"format_reward": 2.0}, "tasks.format_reward"),
-])
+@pytest.mark.parametrize(
+    "changes, key",
+    [
+        ({"weights": {"chess": 1.0}}, "tasks.weights.chess"),
+        ({"weights": {"bf": -1}}, "tasks.weights.bf"),
+        ({"weights": {"bf": 0}}, "tasks.weights"),
+        ({"difficulty": "default"}, "tasks.difficulty"),
+        ({"levels": {"bf": "extreme"}}, "tasks.levels.bf"),
+        ({"curriculum_window": 0}, "tasks.curriculum_window"),
+        ({"curriculum_raise": 0.1, "curriculum_lower": 0.2}, "tasks.curriculum_lower"),
+        ({"prompt": "cot"}, "tasks.prompt"),
+        ({"format_reward": 2.0}, "tasks.format_reward"),
+    ],
+)
 def test_task_config_rejects_nonsense(changes, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         TaskConfig(**changes)

@@ -19,12 +19,28 @@ from sapo_core.trainer import Trainer, TrainSequence
 
 def small_policy(seed=0, vocab=97):
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    model = get_peft_model(LlamaForCausalLM(cfg), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                             init_lora_weights=False))
-    return Policy(model=model, tokenizer=SimpleNamespace(pad_token_id=0), model_id="small", gguf_path=None,
-                  lora=True, lora_rank=4, lora_alpha=8)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    model = get_peft_model(
+        LlamaForCausalLM(cfg),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    return Policy(
+        model=model,
+        tokenizer=SimpleNamespace(pad_token_id=0),
+        model_id="small",
+        gguf_path=None,
+        lora=True,
+        lora_rank=4,
+        lora_alpha=8,
+    )
 
 
 def sequences():
@@ -68,8 +84,18 @@ def test_first_step_matches_naive_loss_and_gradient(micro, pack):
     ref_grads = grads(ref)
 
     pol = small_policy()
-    tr = Trainer(pol, TrainConfig(steps_per_round=1, micro_batch_size=micro, max_grad_norm=0.0, learning_rate=1e-9,
-                                  logit_chunk=16, pack_prompts=pack), temperature=0.8)
+    tr = Trainer(
+        pol,
+        TrainConfig(
+            steps_per_round=1,
+            micro_batch_size=micro,
+            max_grad_norm=0.0,
+            learning_rate=1e-9,
+            logit_chunk=16,
+            pack_prompts=pack,
+        ),
+        temperature=0.8,
+    )
     out = tr.update(seqs, NullHooks())
     assert out["loss/policy"] == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
     got = grads(pol)
@@ -144,8 +170,10 @@ def test_packed_logprobs_equal_the_unpacked_ones_with_checkpointing_and_drift():
         s.sample_logprobs = [-1.0] * len(s.completion_ids)
     figures = []
     for pack in (True, False):
-        tr = Trainer(small_policy(), TrainConfig(steps_per_round=1, micro_batch_size=2, gradient_checkpointing=True,
-                                                 pack_prompts=pack))
+        tr = Trainer(
+            small_policy(),
+            TrainConfig(steps_per_round=1, micro_batch_size=2, gradient_checkpointing=True, pack_prompts=pack),
+        )
         figures.append(tr.update(seqs, NullHooks()))
     packed, plain = figures
     assert packed["sampler/logprob_drift"] == pytest.approx(plain["sampler/logprob_drift"], rel=1e-5)

@@ -20,8 +20,11 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("tasks", "baseline reward per task, prompt style and answer extraction of the untrained model"),
     ("control", "pause latency p50/p95 and measured CPU use at 25/50/75% throttle of a real node process"),
     ("learning", "held-out solve rate of the base model and after N rounds alone, with the gain's 95% CI"),
-    ("contention", "a node round quiet and beside 1 and 2 busy programs: its slowdown and theirs, "
-                   "with the node's own threads and with a fixed count"),
+    (
+        "contention",
+        "a node round quiet and beside 1 and 2 busy programs: its slowdown and theirs, "
+        "with the node's own threads and with a fixed count",
+    ),
     ("gui", "dashboard redraw time with 10,000 rounds of history and the GUI process's memory (offscreen)"),
     ("floor", "likelihood of the embedded model's own completions vs injected links and garbage preambles"),
 ]

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -46,9 +45,12 @@ EMBEDDED = "smollm2-135m-instruct"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--setups", default="default,fixed",
-                        help="comma-separated: default, all-cores, fixed (sampler.threads = --fixed), spinning "
-                             "(fixed, and OpenMP threads that spin at barriers: OMP_WAIT_POLICY=ACTIVE)")
+    parser.add_argument(
+        "--setups",
+        default="default,fixed",
+        help="comma-separated: default, all-cores, fixed (sampler.threads = --fixed), spinning "
+        "(fixed, and OpenMP threads that spin at barriers: OMP_WAIT_POLICY=ACTIVE)",
+    )
     parser.add_argument("--fixed", type=int, default=2, help="threads of the 'fixed' setup")
     parser.add_argument("--busy", default="0,1,2", help="busy programs per case, comma-separated (0 = quiet)")
     parser.add_argument("--solo", type=float, default=5.0, help="seconds the busy programs run alone first")
@@ -99,13 +101,20 @@ class Busy:
 
 
 def _config(args: argparse.Namespace, setup: str, run_dir: Path) -> NodeConfig:
-    changes = {"model.name": args.model, "swarm.enabled": False, "round.external_groups": 0,
-               "round.local_groups": args.local, "sampler.group_size": args.group_size,
-               "sampler.max_new_tokens": args.max_new_tokens, "round.auto_scale": False,
-               # every group trains (a KL term gives even a flat group a gradient): rounds that
-               # train 0, 1 or 2 groups by chance would compare chance, not contention
-               "train.kl_beta": 0.01,
-               "run_dir": str(run_dir), "seed": args.seed}
+    changes = {
+        "model.name": args.model,
+        "swarm.enabled": False,
+        "round.external_groups": 0,
+        "round.local_groups": args.local,
+        "sampler.group_size": args.group_size,
+        "sampler.max_new_tokens": args.max_new_tokens,
+        "round.auto_scale": False,
+        # every group trains (a KL term gives even a flat group a gradient): rounds that
+        # train 0, 1 or 2 groups by chance would compare chance, not contention
+        "train.kl_beta": 0.01,
+        "run_dir": str(run_dir),
+        "seed": args.seed,
+    }
     if setup == "all-cores":
         changes["control.leave_cores"] = 0
     elif setup in ("fixed", "spinning"):
@@ -139,8 +148,11 @@ def _run_setup(args: argparse.Namespace, setup: str, cases: list[int]) -> dict[i
             info = client.wait_for(lambda e: isinstance(e, P.NodeInfo), 900)
             client.pause(after_round=True)  # held between rounds: a held round's clock would run on
             client.wait_for(lambda e: isinstance(e, P.RoundDone), 1800)  # warm: one round first
-            print(f"[{setup}] node up: {info.model_id}, sampler {info.sampler}; "
-                  f"{'; '.join(notes[-2:]) or 'no thread note'}", flush=True)
+            print(
+                f"[{setup}] node up: {info.model_id}, sampler {info.sampler}; "
+                f"{'; '.join(notes[-2:]) or 'no thread note'}",
+                flush=True,
+            )
             client.wait_state(P.PAUSED, timeout=600)
             for k in cases:
                 busy = Busy(k)
@@ -160,14 +172,24 @@ def _run_setup(args: argparse.Namespace, setup: str, cases: list[int]) -> dict[i
                     busy.close()
                 m = done.metrics
                 kept = during / solo if solo > 0 else float("nan")
-                out[k] = {"round": m.get("time/round", 0.0), "update": m.get("time/update", 0.0),
-                          "sample": m.get("time/sample", 0.0), "train_tok_s": m.get("train/tok_per_s", 0.0),
-                          "kept": kept, "load": load0, "threads": float(threads["n"])}
+                out[k] = {
+                    "round": m.get("time/round", 0.0),
+                    "update": m.get("time/update", 0.0),
+                    "sample": m.get("time/sample", 0.0),
+                    "train_tok_s": m.get("train/tok_per_s", 0.0),
+                    "kept": kept,
+                    "load": load0,
+                    "threads": float(threads["n"]),
+                }
                 said = "; ".join(notes[before:])
-                print(f"[{setup}] beside {k} busy: round {out[k]['round']:.1f} s (sample {out[k]['sample']:.1f} s, "
-                      f"update {out[k]['update']:.1f} s, {out[k]['train_tok_s']:.0f} tok/s)"
-                      + (f", busy programs kept {100 * kept:.0f} % of their solo speed" if k else "")
-                      + f"; load average {load0:.1f}" + (f"; node said: {said}" if said else ""), flush=True)
+                print(
+                    f"[{setup}] beside {k} busy: round {out[k]['round']:.1f} s (sample {out[k]['sample']:.1f} s, "
+                    f"update {out[k]['update']:.1f} s, {out[k]['train_tok_s']:.0f} tok/s)"
+                    + (f", busy programs kept {100 * kept:.0f} % of their solo speed" if k else "")
+                    + f"; load average {load0:.1f}"
+                    + (f"; node said: {said}" if said else ""),
+                    flush=True,
+                )
         finally:
             client.stop(timeout=120)
     return out
@@ -178,16 +200,22 @@ def run(args: argparse.Namespace) -> int:
     cases = [int(x) for x in args.busy.split(",")]
     if 0 not in cases:
         cases = [0] + cases
-    print(f"machine: {psutil.cpu_count(logical=False)} cores, load average {_load():.1f} (other jobs share it); "
-          f"OMP_WAIT_POLICY in the node: {os.environ.get('OMP_WAIT_POLICY', 'PASSIVE (set by the node)')}",
-          flush=True)
+    print(
+        f"machine: {psutil.cpu_count(logical=False)} cores, load average {_load():.1f} (other jobs share it); "
+        f"OMP_WAIT_POLICY in the node: {os.environ.get('OMP_WAIT_POLICY', 'PASSIVE (set by the node)')}",
+        flush=True,
+    )
     results = {s: _run_setup(args, s, cases) for s in setups}
     parts = []
     for s, r in results.items():
         quiet = r[0]["round"]
         ratios = {k: r[k]["round"] / quiet for k in r if k}
-        print(f"{s}: quiet {quiet:.1f} s; " + ", ".join(f"beside {k}: {v:.2f}x" for k, v in ratios.items())
-              + "; busy kept " + ", ".join(f"{100 * r[k]['kept']:.0f} %" for k in r if k))
+        print(
+            f"{s}: quiet {quiet:.1f} s; "
+            + ", ".join(f"beside {k}: {v:.2f}x" for k, v in ratios.items())
+            + "; busy kept "
+            + ", ".join(f"{100 * r[k]['kept']:.0f} %" for k in r if k)
+        )
     main = results.get("default") or next(iter(results.values()))
     quiet = main[0]["round"]
     if 1 in main:
@@ -199,13 +227,16 @@ def run(args: argparse.Namespace) -> int:
         summary += f"; the busy process kept {100 * main[1]['kept']:.0f} % of its speed"
     for s, r in results.items():
         if s != "default" and 1 in r:
-            name = {"fixed": f"fixed {args.fixed} threads",
-                    "spinning": f"fixed {args.fixed} spinning threads"}.get(s, s)
+            name = {"fixed": f"fixed {args.fixed} threads", "spinning": f"fixed {args.fixed} spinning threads"}.get(
+                s, s
+            )
             summary += f"; {name}: {r[1]['round'] / r[0]['round']:.1f}x"
     if 1 in main:
         met = main[1]["round"] / quiet <= 2.5 and main[1]["kept"] >= 0.45
-        print(f"goals: beside 1 busy process <= 2.5x and it keeps >= 45 %: {'met' if met else 'MISSED'}; "
-              f"load average now {_load():.1f} on {psutil.cpu_count()} CPUs; quiet round {quiet:.1f} s")
+        print(
+            f"goals: beside 1 busy process <= 2.5x and it keeps >= 45 %: {'met' if met else 'MISSED'}; "
+            f"load average now {_load():.1f} on {psutil.cpu_count()} CPUs; quiet round {quiet:.1f} s"
+        )
     print(f"contention: {summary}")
     return 0
 

@@ -43,8 +43,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="auto", help="model id, 'auto' (the node's pick) or 'tiny-random'")
     parser.add_argument("--sampler", default="auto", choices=["auto", "llamacpp", "transformers"])
     parser.add_argument("--pauses", type=int, default=12, help="pauses measured")
-    parser.add_argument("--repeats", type=int, default=2, help="times each throttle is measured over a round "
-                                                               "between two unthrottled rounds")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="times each throttle is measured over a round between two unthrottled rounds",
+    )
     parser.add_argument("--threads", type=int, default=0, help="node threads (0 = the node's own choice)")
     parser.add_argument("--run-dir", default="", help="run directory (default: a temporary one)")
     parser.add_argument("--seed", type=int, default=0)
@@ -52,11 +56,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace, run_dir: Path) -> NodeConfig:
     # kl_beta > 0 trains every group, so every round has a training phase for pauses to land in
-    return NodeConfig().replace(**{
-        "model.name": args.model, "sampler.backend": args.sampler, "swarm.enabled": False,
-        "round.local_groups": 2, "round.external_groups": 0, "sampler.group_size": 4,
-        "sampler.max_new_tokens": 96, "round.auto_scale": False, "train.kl_beta": 0.01,
-        "sampler.threads": args.threads, "run_dir": str(run_dir), "seed": args.seed})
+    return NodeConfig().replace(
+        **{
+            "model.name": args.model,
+            "sampler.backend": args.sampler,
+            "swarm.enabled": False,
+            "round.local_groups": 2,
+            "round.external_groups": 0,
+            "sampler.group_size": 4,
+            "sampler.max_new_tokens": 96,
+            "round.auto_scale": False,
+            "train.kl_beta": 0.01,
+            "sampler.threads": args.threads,
+            "run_dir": str(run_dir),
+            "seed": args.seed,
+        }
+    )
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -87,8 +102,11 @@ def _measure_pauses(client: NodeClient, n: int, rng: random.Random) -> list[tupl
                 break
         latency = time.monotonic() - asked
         out.append((acked, latency, phase))
-        print(f"  pause {i + 1:>2}: {latency:6.3f} s  (command reached the node in {acked:.3f} s; "
-              f"round {state.round}, {phase})", flush=True)
+        print(
+            f"  pause {i + 1:>2}: {latency:6.3f} s  (command reached the node in {acked:.3f} s; "
+            f"round {state.round}, {phase})",
+            flush=True,
+        )
         client.resume()
         client.wait_state(P.RUNNING, timeout=60)
     return out
@@ -118,8 +136,12 @@ def _measure_throttle(client: NodeClient, repeats: int) -> dict[float, float]:
             after = _throttled_round(client, 1.0)
             ratios[s].append(rate / ((before + after) / 2))
             before = after
-        print(f"  repeat {k + 1}: " + ", ".join(f"{100 * s:.0f}% -> {100 * ratios[s][-1]:.0f}%" for s in shares)
-              + f"  (unthrottled {after:.2f} cores, load average {psutil.getloadavg()[0]:.1f})", flush=True)
+        print(
+            f"  repeat {k + 1}: "
+            + ", ".join(f"{100 * s:.0f}% -> {100 * ratios[s][-1]:.0f}%" for s in shares)
+            + f"  (unthrottled {after:.2f} cores, load average {psutil.getloadavg()[0]:.1f})",
+            flush=True,
+        )
     return {s: 100 * statistics.mean(r) for s, r in ratios.items()}
 
 
@@ -128,8 +150,11 @@ def run(args: argparse.Namespace) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="sapo-bench-control-")
     run_dir = Path(args.run_dir) if args.run_dir else Path(tmp.name) / "run"
     client = NodeClient(heartbeat_timeout=300)
-    print(f"machine: {psutil.cpu_count(logical=False)} cores, load average "
-          f"{psutil.getloadavg()[0]:.1f} (other jobs share it)", flush=True)
+    print(
+        f"machine: {psutil.cpu_count(logical=False)} cores, load average "
+        f"{psutil.getloadavg()[0]:.1f} (other jobs share it)",
+        flush=True,
+    )
     try:
         client.start(_config(args, run_dir))
         info = client.wait_for(lambda e: isinstance(e, P.NodeInfo), 900)
@@ -142,14 +167,21 @@ def run(args: argparse.Namespace) -> int:
         tmp.cleanup()
     acks, lat = [a for a, _, _ in pauses], [x for _, x, _ in pauses]
     by_phase = {ph: statistics.median([x for _, x, p in pauses if p == ph]) for ph in {p for _, _, p in pauses}}
-    print("pause median by phase: " + ", ".join(f"{p} {v:.2f} s" for p, v in sorted(by_phase.items()))
-          + f"; command delivery p50 {_percentile(acks, 0.5):.3f} s p95 {_percentile(acks, 0.95):.3f} s")
+    print(
+        "pause median by phase: "
+        + ", ".join(f"{p} {v:.2f} s" for p, v in sorted(by_phase.items()))
+        + f"; command delivery p50 {_percentile(acks, 0.5):.3f} s p95 {_percentile(acks, 0.95):.3f} s"
+    )
     worst = max(abs(measured[s] - 100 * s) for s in measured)
-    print(f"goals: pause p95 <= 2 s {'met' if _percentile(lat, 0.95) <= 2 else 'MISSED'}, "
-          f"throttle within ±10 points {'met' if worst <= 10 else 'MISSED'} (worst {worst:.0f}); "
-          f"load average now {psutil.getloadavg()[0]:.1f} on {psutil.cpu_count()} CPUs")
-    print(f"control: pause p50 {_percentile(lat, 0.5):.2f} s p95 {_percentile(lat, 0.95):.2f} s; throttle "
-          + ", ".join(f"{100 * s:.0f}% -> {measured[s]:.0f}%" for s in sorted(measured)))
+    print(
+        f"goals: pause p95 <= 2 s {'met' if _percentile(lat, 0.95) <= 2 else 'MISSED'}, "
+        f"throttle within ±10 points {'met' if worst <= 10 else 'MISSED'} (worst {worst:.0f}); "
+        f"load average now {psutil.getloadavg()[0]:.1f} on {psutil.cpu_count()} CPUs"
+    )
+    print(
+        f"control: pause p50 {_percentile(lat, 0.5):.2f} s p95 {_percentile(lat, 0.95):.2f} s; throttle "
+        + ", ".join(f"{100 * s:.0f}% -> {measured[s]:.0f}%" for s in sorted(measured))
+    )
     return 0
 
 

@@ -52,8 +52,15 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = NodeConfig().replace(**{"run_dir": tmp, "swarm.enabled": False, "round.external_groups": 0,
-                                      "sampler.group_size": args.group_size, "seed": args.seed})
+        cfg = NodeConfig().replace(
+            **{
+                "run_dir": tmp,
+                "swarm.enabled": False,
+                "round.external_groups": 0,
+                "sampler.group_size": args.group_size,
+                "seed": args.seed,
+            }
+        )
         node = Node(cfg)
         node.setup()
         policy, window, floor = node.policy, cfg.swarm.likelihood_window, cfg.swarm.likelihood_floor
@@ -65,9 +72,13 @@ def run(args: argparse.Namespace) -> int:
             questions = node.tasks.sample_questions(r, min(8, args.questions - done))
             prompts = [policy.encode_prompt(node.tasks.messages(q)) for q in questions]
             seeds = [mixed_seed(args.seed, "floor", r, k) for k in range(len(questions))]
-            params = SamplingParams(n=args.group_size, max_new_tokens=cfg.sampler.max_new_tokens,
-                                    temperature=cfg.sampler.temperature, top_p=cfg.sampler.top_p,
-                                    stop_token_ids=policy.eos_ids)
+            params = SamplingParams(
+                n=args.group_size,
+                max_new_tokens=cfg.sampler.max_new_tokens,
+                temperature=cfg.sampler.temperature,
+                top_p=cfg.sampler.top_p,
+                stop_token_ids=policy.eos_ids,
+            )
             for q, prompt, seqs in zip(questions, prompts, node._sample(prompts, seeds, params)):
                 for s in seqs:  # as a peer's completion: text, re-tokenised, cut, stop token if finished
                     text = policy.decode(s.token_ids)
@@ -89,18 +100,24 @@ def run(args: argparse.Namespace) -> int:
                 "mean": [statistics.fmean(x) for x in lps if x],
             }
         node.close()
-    print(f"{len(honest)} honest completions of {args.questions} questions (sampled in {sample_s:.0f} s), "
-          f"{len(url)} with an injected link, {len(garbage)} with a ~6 KB garbage preamble; window {window} tokens")
+    print(
+        f"{len(honest)} honest completions of {args.questions} questions (sampled in {sample_s:.0f} s), "
+        f"{len(url)} with an injected link, {len(garbage)} with a ~6 KB garbage preamble; window {window} tokens"
+    )
     for name, by in scores.items():
         for kind, xs in by.items():
             qs = statistics.quantiles(xs, n=20)
             passed = sum(x >= floor for x in xs) / len(xs)
-            print(f"  {name:17s} {kind:6s}: min {min(xs):7.2f}  p5 {qs[0]:7.2f}  p50 {qs[9]:7.2f}  max {max(xs):7.2f}"
-                  f"  pass at {floor:g}: {passed:.3f}")
+            print(
+                f"  {name:17s} {kind:6s}: min {min(xs):7.2f}  p5 {qs[0]:7.2f}  p50 {qs[9]:7.2f}  max {max(xs):7.2f}"
+                f"  pass at {floor:g}: {passed:.3f}"
+            )
     honest_w = sorted(scores["honest"]["window"])
     p5 = honest_w[int(0.05 * len(honest_w))]
     rate = {k: sum(x >= floor for x in v["window"]) / len(v["window"]) for k, v in scores.items()}
-    print(f"floor: honest pass {rate['honest']:.3f} at {floor:g} (p5 {p5:.2f}), injected link pass "
-          f"{rate['injected link']:.3f}, garbage pass {rate['garbage preamble']:.3f}, {len(honest)} completions, "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"floor: honest pass {rate['honest']:.3f} at {floor:g} (p5 {p5:.2f}), injected link pass "
+        f"{rate['injected link']:.3f}, garbage pass {rate['garbage preamble']:.3f}, {len(honest)} completions, "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     return 0

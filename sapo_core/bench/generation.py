@@ -43,17 +43,31 @@ def _embedded_gguf() -> Path:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
     # defaults: what one round of a node samples (I questions x G completions, the node's limits)
-    parser.add_argument("--questions", type=int, default=RoundConfig().local_groups,
-                        help="questions (each gets G completions; default: the node's I)")
-    parser.add_argument("--group-size", type=int, default=SamplerConfig().group_size, help="completions per question, G")
+    parser.add_argument(
+        "--questions",
+        type=int,
+        default=RoundConfig().local_groups,
+        help="questions (each gets G completions; default: the node's I)",
+    )
+    parser.add_argument(
+        "--group-size", type=int, default=SamplerConfig().group_size, help="completions per question, G"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=SamplerConfig().max_new_tokens)
     parser.add_argument("--temperature", type=float, default=SamplerConfig().temperature)
     parser.add_argument("--threads", type=int, default=0, help="threads for all three (0 = physical cores)")
-    parser.add_argument("--quantization", default=SamplerConfig().quantization, choices=["q8_0", "f16", "as-is"],
-                        help="weights llama.cpp samples from (sampler.quantization; default: the node's)")
+    parser.add_argument(
+        "--quantization",
+        default=SamplerConfig().quantization,
+        choices=["q8_0", "f16", "as-is"],
+        help="weights llama.cpp samples from (sampler.quantization; default: the node's)",
+    )
     parser.add_argument("--skip-rl-swarm", action="store_true", help="skip the slowest way (no ratio then)")
-    parser.add_argument("--prompt", default=TaskConfig().prompt, choices=sorted(PROMPTS),
-                        help="prompt style (tasks.prompt); 'plain' gets longer, reasoning answers")
+    parser.add_argument(
+        "--prompt",
+        default=TaskConfig().prompt,
+        choices=sorted(PROMPTS),
+        help="prompt style (tasks.prompt); 'plain' gets longer, reasoning answers",
+    )
     parser.add_argument("--seed", type=int, default=0, help="question seed")
     parser.add_argument("--cache-dir", default="", help="model cache (default: the node's)")
 
@@ -76,10 +90,18 @@ def _rl_swarm_way(policy, prompts: list[list[int]], g: int, max_new: int, temper
             ids = torch.tensor([prompt])
             for j in range(g):
                 torch.manual_seed(sequence_seed(qi, j))
-                out = policy.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                            temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new,
-                                            eos_token_id=list(eos), pad_token_id=policy.tokenizer.pad_token_id)
-                tokens += _count(out[0, len(prompt):].tolist(), eos)
+                out = policy.model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=True,
+                    temperature=temperature,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=max_new,
+                    eos_token_id=list(eos),
+                    pad_token_id=policy.tokenizer.pad_token_id,
+                )
+                tokens += _count(out[0, len(prompt) :].tolist(), eos)
     return tokens, time.perf_counter() - t0
 
 
@@ -116,15 +138,19 @@ def run(args: argparse.Namespace) -> int:
     prompts = [policy.encode_prompt(tasks.messages(q)) for q in questions]
     seeds = list(range(len(prompts)))
     params = SamplingParams(n=args.group_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature)
-    print(f"{len(prompts)} questions ({', '.join(q.id.dataset for q in questions)}), prompt lengths "
-          f"{[len(p) for p in prompts]} ({args.prompt}), G={params.n}, max {params.max_new_tokens} new tokens, "
-          f"temperature {params.temperature}, {threads} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}",
-          flush=True)
+    print(
+        f"{len(prompts)} questions ({', '.join(q.id.dataset for q in questions)}), prompt lengths "
+        f"{[len(p) for p in prompts]} ({args.prompt}), G={params.n}, max {params.max_new_tokens} new tokens, "
+        f"temperature {params.temperature}, {threads} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}",
+        flush=True,
+    )
 
     t0 = time.perf_counter()
     sampler = LlamaCppSampler.create(policy, SamplerConfig(quantization=args.quantization, threads=threads), cache)
-    print(f"llama.cpp sampler ready in {time.perf_counter() - t0:.1f}s: {Path(sampler.info['model_path']).name}",
-          flush=True)
+    print(
+        f"llama.cpp sampler ready in {time.perf_counter() - t0:.1f}s: {Path(sampler.info['model_path']).name}",
+        flush=True,
+    )
     rows: dict[str, tuple[int, float]] = {}
     try:
         sampler.sample(prompts[:1], [99], SamplingParams(n=2, max_new_tokens=4), NullHooks())  # warm-up
@@ -136,9 +162,12 @@ def run(args: argparse.Namespace) -> int:
         prefill = sampler.stats["prefill_seconds"] - prefill_before
         rtt = measure_round_trip(sampler.worker)
         shared = sampler.stats["shared_prompt_tokens"] - shared_before
-        print(f"ours: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s (prompts and first tokens {prefill:.1f}s, "
-              f"{shared} of {sampler.stats['prompt_tokens'] - prompt_before} prompt tokens taken from an earlier "
-              f"prompt's cache; {steps} decode steps {dt - prefill:.1f}s)", flush=True)
+        print(
+            f"ours: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s (prompts and first tokens {prefill:.1f}s, "
+            f"{shared} of {sampler.stats['prompt_tokens'] - prompt_before} prompt tokens taken from an earlier "
+            f"prompt's cache; {steps} decode steps {dt - prefill:.1f}s)",
+            flush=True,
+        )
         ours_lp, hf_lp = [], []
         for prompt, grp in zip(prompts, groups):
             ours_lp += [s.logprobs for s in grp]
@@ -160,8 +189,10 @@ def run(args: argparse.Namespace) -> int:
     for name, (n, dt) in rows.items():
         print(f"{name:32s} {n:7d} {dt:8.1f} {n / dt:7.1f}")
     ours_dt = rows["ours (llama.cpp, batched)"][1]
-    print(f"process boundary: {rtt * 1e6:.0f} us per request x {steps} decode steps = "
-          f"{100 * rtt * steps / ours_dt:.2f}% of our sampling time")
+    print(
+        f"process boundary: {rtt * 1e6:.0f} us per request x {steps} decode steps = "
+        f"{100 * rtt * steps / ours_dt:.2f}% of our sampling time"
+    )
     print(f"log-prob drift of our samples against transformers: {drift:.4f} nats/token")
     tps = {k: n / dt for k, (n, dt) in rows.items()}
     ours = tps["ours (llama.cpp, batched)"]
@@ -169,6 +200,5 @@ def run(args: argparse.Namespace) -> int:
     hf = tps["HF batched generate"]
     rl_text = f"{rl:.0f}" if rl else "skipped"
     ratio = f"{ours / rl:.1f}" if rl else "n/a"
-    print(f"generation: ours {ours:.0f} tok/s, rl-swarm way {rl_text} tok/s, HF batched {hf:.0f} tok/s, "
-          f"ratio {ratio}")
+    print(f"generation: ours {ours:.0f} tok/s, rl-swarm way {rl_text} tok/s, HF batched {hf:.0f} tok/s, ratio {ratio}")
     return 0

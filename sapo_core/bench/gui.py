@@ -63,8 +63,10 @@ def _p(xs: list[float], q: float) -> float:
 
 
 def _line(name: str, wall: list[float], cpu: list[float]) -> str:
-    return (f"  {name:<44} CPU p50 {_p(cpu, .5):6.1f} ms  p95 {_p(cpu, .95):6.1f} ms   "
-            f"wall p50 {_p(wall, .5):6.1f} ms  p95 {_p(wall, .95):6.1f} ms   ({len(cpu)} redraws)")
+    return (
+        f"  {name:<44} CPU p50 {_p(cpu, 0.5):6.1f} ms  p95 {_p(cpu, 0.95):6.1f} ms   "
+        f"wall p50 {_p(wall, 0.5):6.1f} ms  p95 {_p(wall, 0.95):6.1f} ms   ({len(cpu)} redraws)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,19 +123,25 @@ def run(args: argparse.Namespace) -> int:
         app.processEvents()
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"history: {args.rounds:,} rounds written in {t_write:.2f} s, read from the run store in {t_read:.2f} s, "
-          f"into the dashboard's arrays in {t_add:.2f} s; first draw {t_first:.0f} ms (wall)")
-    print(f"redraw after a new round, {n:,} rounds at the end, {args.width}x{args.height}, {n_curves} curves, "
-          f"load average {load:.1f} on {os.cpu_count()} CPUs:")
+    print(
+        f"history: {args.rounds:,} rounds written in {t_write:.2f} s, read from the run store in {t_read:.2f} s, "
+        f"into the dashboard's arrays in {t_add:.2f} s; first draw {t_first:.0f} ms (wall)"
+    )
+    print(
+        f"redraw after a new round, {n:,} rounds at the end, {args.width}x{args.height}, {n_curves} curves, "
+        f"load average {load:.1f} on {os.cpu_count()} CPUs:"
+    )
     print(_line("ours (binned for the screen, 1 bin per pixel)", *ours))
     print(_line("ours, every curve given its data again", *every))
     print(_line("every round handed to the curves", *plain))
     print(f"GUI process RSS with the window and {n:,} rounds loaded: {rss_mb:.0f} MB")
-    cpu50, cpu95 = _p(ours[1], .5), _p(ours[1], .95)
-    print(f"gui: redraw {args.rounds:,} rounds CPU p50 {cpu50:.1f} ms p95 {cpu95:.1f} ms "
-          f"(goal <= {REDRAW_GOAL_MS:.0f}: "
-          f"{'met' if cpu95 <= REDRAW_GOAL_MS else 'MISSED'}; wall p50 {_p(ours[0], .5):.1f} ms at load "
-          f"{load:.1f}; every curve redrawn CPU p95 {_p(every[1], .95):.1f} ms; "
-          f"every round to the curves CPU p50 {_p(plain[1], .5):.1f} ms); RSS {rss_mb:.0f} MB "
-          f"(goal <= {RSS_GOAL_MB:.0f}: {'met' if rss_mb <= RSS_GOAL_MB else 'MISSED'})")
+    cpu50, cpu95 = _p(ours[1], 0.5), _p(ours[1], 0.95)
+    print(
+        f"gui: redraw {args.rounds:,} rounds CPU p50 {cpu50:.1f} ms p95 {cpu95:.1f} ms "
+        f"(goal <= {REDRAW_GOAL_MS:.0f}: "
+        f"{'met' if cpu95 <= REDRAW_GOAL_MS else 'MISSED'}; wall p50 {_p(ours[0], 0.5):.1f} ms at load "
+        f"{load:.1f}; every curve redrawn CPU p95 {_p(every[1], 0.95):.1f} ms; "
+        f"every round to the curves CPU p50 {_p(plain[1], 0.5):.1f} ms); RSS {rss_mb:.0f} MB "
+        f"(goal <= {RSS_GOAL_MB:.0f}: {'met' if rss_mb <= RSS_GOAL_MB else 'MISSED'})"
+    )
     return 0

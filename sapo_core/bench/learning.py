@@ -26,16 +26,27 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=150, help="rounds to train, alone")
     p.add_argument("--threads", type=int, default=0, help="sampler and torch threads (0 = physical cores)")
     p.add_argument("--run-dir", default="", help="keep the run here (default: a temporary directory)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other config value, e.g. --set train.learning_rate=1e-4 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other config value, e.g. --set train.learning_rate=1e-4 (repeatable)",
+    )
 
 
 def learning_config(run_dir: Path, rounds: int, threads: int, sets: list[str]):
     from sapo_core.commands.run import _parse_value
     from sapo_core.config import NodeConfig
 
-    changes = {"run_dir": str(run_dir), "round.external_groups": 0, "swarm.enabled": False,
-               "round.max_rounds": rounds, "sampler.threads": threads, "eval.enabled": True}
+    changes = {
+        "run_dir": str(run_dir),
+        "round.external_groups": 0,
+        "swarm.enabled": False,
+        "round.max_rounds": rounds,
+        "sampler.threads": threads,
+        "eval.enabled": True,
+    }
     for item in sets:
         key, sep, value = item.partition("=")
         if not sep:
@@ -46,9 +57,11 @@ def learning_config(run_dir: Path, rounds: int, threads: int, sets: list[str]):
 
 def summary_line(last: dict[str, float], rounds: int, minutes: float) -> str:
     """The benchmark's one line, from the final evaluation's figures (they hold the base's)."""
-    return (f"learning: solved base {last['eval/solve_rate_base']:.2f} -> {last['eval/solve_rate']:.2f} after {rounds} "
-            f"rounds, gain {last['eval/gain']:+.2f} (95% CI {last['eval/gain_ci_low']:+.2f}.."
-            f"{last['eval/gain_ci_high']:+.2f}), {minutes:.0f} min")
+    return (
+        f"learning: solved base {last['eval/solve_rate_base']:.2f} -> {last['eval/solve_rate']:.2f} after {rounds} "
+        f"rounds, gain {last['eval/gain']:+.2f} (95% CI {last['eval/gain_ci_low']:+.2f}.."
+        f"{last['eval/gain_ci_high']:+.2f}), {minutes:.0f} min"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
         if run_dir.exists() and any(run_dir.iterdir()):
             raise SystemExit(f"{run_dir} is not empty: the benchmark needs a fresh run directory")
         cfg = learning_config(run_dir, args.rounds, args.threads, args.set)
-        print(f"learning bench: {args.rounds} rounds alone in {run_dir}, load average "
-              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+        print(
+            f"learning bench: {args.rounds} rounds alone in {run_dir}, load average "
+            f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+            flush=True,
+        )
         node = Node(cfg)  # its warnings, held-out and curriculum lines: log records, on stderr
         started = time.time()
         try:
@@ -72,9 +88,12 @@ def run(args: argparse.Namespace) -> int:
                 m = node.run_round(final=r == args.rounds)
                 if "eval/solve_rate" in m:
                     last = m
-                print(f"round {r}/{args.rounds}: reward {m['reward/mean']:.3f}, solved {m['accuracy/mean']:.3f}, "
-                      f"{m['time/round']:.0f} s" + (f", held-out {m['eval/solve_rate']:.3f}"
-                                                     if "eval/solve_rate" in m else ""), flush=True)
+                print(
+                    f"round {r}/{args.rounds}: reward {m['reward/mean']:.3f}, solved {m['accuracy/mean']:.3f}, "
+                    f"{m['time/round']:.0f} s"
+                    + (f", held-out {m['eval/solve_rate']:.3f}" if "eval/solve_rate" in m else ""),
+                    flush=True,
+                )
         finally:
             node.close()
         minutes = (time.time() - started) / 60

@@ -31,9 +31,38 @@ from pathlib import Path
 from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.rollouts import Completion, Group
 
-_WORDS = ("first", "we", "add", "the", "numbers", "then", "subtract", "carry", "one", "so", "result",
-          "is", "step", "next", "check", "value", "total", "equals", "because", "multiply", "divide",
-          "remainder", "digit", "sum", "difference", "therefore", "and", "of", "to", "this")
+_WORDS = (
+    "first",
+    "we",
+    "add",
+    "the",
+    "numbers",
+    "then",
+    "subtract",
+    "carry",
+    "one",
+    "so",
+    "result",
+    "is",
+    "step",
+    "next",
+    "check",
+    "value",
+    "total",
+    "equals",
+    "because",
+    "multiply",
+    "divide",
+    "remainder",
+    "digit",
+    "sum",
+    "difference",
+    "therefore",
+    "and",
+    "of",
+    "to",
+    "this",
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -59,8 +88,7 @@ def _groups(tasks, round: int, args: argparse.Namespace, rng: random.Random) -> 
     out = []
     for q in tasks.sample_questions(round, args.groups):
         right = rng.randint(0, args.completions)  # 0 or G right: a group without signal
-        texts = [_completion(rng, args.chars, q.answer if k < right else "0.123")
-                 for k in range(args.completions)]
+        texts = [_completion(rng, args.chars, q.answer if k < right else "0.123") for k in range(args.completions)]
         rewards = tasks.score(q, texts)
         out.append(Group(q, [Completion(text=t, reward=r) for t, r in zip(texts, rewards)], round=round))
     return out
@@ -79,9 +107,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--peers must be at least 2")
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="sapo-bench-swarm-"))
-    cfg = SwarmConfig(swarm_name=f"bench-{rng.randrange(1 << 30):x}", host_maddrs=["/ip4/127.0.0.1/tcp/0"],
-                      window_seconds=600.0, shards=args.shards, shards_read=min(2, args.shards),
-                      records_per_gather=args.records_per_gather)
+    cfg = SwarmConfig(
+        swarm_name=f"bench-{rng.randrange(1 << 30):x}",
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        window_seconds=600.0,
+        shards=args.shards,
+        shards_read=min(2, args.shards),
+        records_per_gather=args.records_per_gather,
+    )
     verifier = TaskSet(TaskConfig(), seed=0)  # regenerates any peer's questions; its seed is irrelevant
     started = time.perf_counter()
     host = open_swarm(cfg, verifier, tmp / "peer0")
@@ -89,8 +122,10 @@ def run(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(4) as pool:  # p2pd start-ups overlap; each node is still its own
         rest = list(pool.map(lambda i: open_swarm(joined, verifier, tmp / f"peer{i}"), range(1, args.peers)))
     peers = [host] + rest
-    print(f"{args.peers} peers up in {time.perf_counter() - started:.1f} s; "
-          f"records of {args.groups} groups × {args.completions} completions × {args.chars} chars")
+    print(
+        f"{args.peers} peers up in {time.perf_counter() - started:.1f} s; "
+        f"records of {args.groups} groups × {args.completions} completions × {args.chars} chars"
+    )
     own_tasks = [TaskSet(TaskConfig(), seed=1000 + i) for i in range(args.peers)]
     gather_s: list[float] = []
     publish_s: list[float] = []
@@ -120,22 +155,28 @@ def run(args: argparse.Namespace) -> int:
             record_bytes += [x["swarm/bytes_out"] for x in s]
             for part in ("index", "fetch", "verify"):
                 parts.setdefault(part, []).extend(x.get(f"swarm/{part}_s", 0.0) for x in s)
-            print(f"round {r}: gather p50 {_pct([x['swarm/gather_s'] for x in s], 50):.3f} s "
-                  f"max {max(x['swarm/gather_s'] for x in s):.3f} s, publish max "
-                  f"{max(x['swarm/publish_s'] for x in s):.3f} s, records read/peer "
-                  f"{statistics.mean(x['swarm/records'] for x in s):.1f}, groups used/peer "
-                  f"{statistics.mean(x['swarm/used'] for x in s):.1f}, rejected "
-                  f"{sum(x['swarm/rejected'] - x.get('swarm/rejected/zero_advantage', 0) for x in s):.0f} "
-                  f"(+{sum(x.get('swarm/rejected/zero_advantage', 0) for x in s):.0f} zero-advantage)")
+            print(
+                f"round {r}: gather p50 {_pct([x['swarm/gather_s'] for x in s], 50):.3f} s "
+                f"max {max(x['swarm/gather_s'] for x in s):.3f} s, publish max "
+                f"{max(x['swarm/publish_s'] for x in s):.3f} s, records read/peer "
+                f"{statistics.mean(x['swarm/records'] for x in s):.1f}, groups used/peer "
+                f"{statistics.mean(x['swarm/used'] for x in s):.1f}, rejected "
+                f"{sum(x['swarm/rejected'] - x.get('swarm/rejected/zero_advantage', 0) for x in s):.0f} "
+                f"(+{sum(x.get('swarm/rejected/zero_advantage', 0) for x in s):.0f} zero-advantage)"
+            )
     finally:
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda p: p.close(), peers))
     kb_in, kb_out = statistics.mean(bytes_in) / 1024, statistics.mean(bytes_out) / 1024
     unsharded = (args.peers - 1) * statistics.mean(record_bytes) / 1024
-    print(f"bytes per round per node: in {kb_in:.0f} KB (index + records), out {kb_out:.0f} KB "
-          f"(stored on {cfg.replicas} replicas); an unsharded gather would read {unsharded:.0f} KB")
+    print(
+        f"bytes per round per node: in {kb_in:.0f} KB (index + records), out {kb_out:.0f} KB "
+        f"(stored on {cfg.replicas} replicas); an unsharded gather would read {unsharded:.0f} KB"
+    )
     print("gather p50 by step: " + ", ".join(f"{k} {_pct(v, 50):.3f} s" for k, v in parts.items()))
-    print(f"swarm: peers {args.peers}, gather p50 {_pct(gather_s, 50):.2f} s p95 {_pct(gather_s, 95):.2f} s, "
-          f"publish p95 {_pct(publish_s, 95):.2f} s, {kb_in + kb_out:.0f} KB/round/node, "
-          f"{statistics.mean(used):.1f}/{args.want} groups gathered")
+    print(
+        f"swarm: peers {args.peers}, gather p50 {_pct(gather_s, 50):.2f} s p95 {_pct(gather_s, 95):.2f} s, "
+        f"publish p95 {_pct(publish_s, 95):.2f} s, {kb_in + kb_out:.0f} KB/round/node, "
+        f"{statistics.mean(used):.1f}/{args.want} groups gathered"
+    )
     return 0

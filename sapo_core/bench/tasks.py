@@ -23,7 +23,7 @@ import json
 import os
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, TaskConfig
 from sapo_core.rewards import answer_shape, clean_answer, explicit_answer, extract_answer
@@ -55,10 +55,14 @@ def _embedded_gguf() -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--datasets", default="basic_arithmetic,fraction_simplification,calendar_arithmetic",
-                        help="comma-separated datasets, or 'all' for the paper's nine")
-    parser.add_argument("--prompts", default="answer_line,one_shot", help="comma-separated prompt styles: "
-                        + ", ".join(PROMPTS))
+    parser.add_argument(
+        "--datasets",
+        default="basic_arithmetic,fraction_simplification,calendar_arithmetic",
+        help="comma-separated datasets, or 'all' for the paper's nine",
+    )
+    parser.add_argument(
+        "--prompts", default="answer_line,one_shot", help="comma-separated prompt styles: " + ", ".join(PROMPTS)
+    )
     parser.add_argument("--system-prompt", default="", help="system prompt (empty: the chat template's default)")
     parser.add_argument("--level", default="easy", choices=LEVEL_NAMES)
     parser.add_argument("--questions", type=int, default=4, help="questions per dataset (each gets G completions)")
@@ -73,10 +77,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _sample(args: argparse.Namespace) -> list[dict]:
     from llama_cpp import Llama
 
-    llm = Llama(model_path=args.model or _embedded_gguf(), n_ctx=4096, n_threads=args.threads,
-                n_batch=512, verbose=False)
-    print(f"model {os.path.basename(llm.model_path)}, level {args.level}, {args.questions} questions x "
-          f"G={args.group_size}, max {args.max_tokens} tokens, temperature 1", flush=True)
+    llm = Llama(
+        model_path=args.model or _embedded_gguf(), n_ctx=4096, n_threads=args.threads, n_batch=512, verbose=False
+    )
+    print(
+        f"model {os.path.basename(llm.model_path)}, level {args.level}, {args.questions} questions x "
+        f"G={args.group_size}, max {args.max_tokens} tokens, temperature 1",
+        flush=True,
+    )
     datasets = list(PAPER_SPECIALTIES) if args.datasets == "all" else args.datasets.split(",")
     records = []
     for dataset in datasets:
@@ -88,12 +96,25 @@ def _sample(args: argparse.Namespace) -> list[dict]:
                 texts, tokens = [], []
                 for s in range(args.group_size):
                     out = llm.create_chat_completion(
-                        messages=msgs, max_tokens=args.max_tokens, temperature=1.0, top_p=1.0, top_k=0,
-                        min_p=0.0, repeat_penalty=1.0, seed=sequence_seed(qi, s))
+                        messages=msgs,
+                        max_tokens=args.max_tokens,
+                        temperature=1.0,
+                        top_p=1.0,
+                        top_k=0,
+                        min_p=0.0,
+                        repeat_penalty=1.0,
+                        seed=sequence_seed(qi, s),
+                    )
                     texts.append(out["choices"][0]["message"]["content"] or "")
                     tokens.append(out["usage"]["completion_tokens"])
-                records.append({"id": [q.id.dataset, q.id.config_digest, q.id.seed, q.id.index],
-                                "prompt": prompt, "texts": texts, "tokens": tokens})
+                records.append(
+                    {
+                        "id": [q.id.dataset, q.id.config_digest, q.id.seed, q.id.index],
+                        "prompt": prompt,
+                        "texts": texts,
+                        "tokens": tokens,
+                    }
+                )
             print(f"  sampled {dataset} / {prompt}", flush=True)
     return records
 
@@ -113,8 +134,10 @@ def run(args: argparse.Namespace) -> int:
     cells: dict[tuple[str, str], list[dict]] = {}
     for rec in records:
         cells.setdefault((rec["id"][0], rec["prompt"]), []).append(rec)
-    print(f"\n{'dataset':<24} {'prompt':<12} {'extract':<10} {'reward':>7} {'solved':>7} {'groups±':>8} "
-          f"{'mixed':>6} {'stated':>7} {'tokens':>7}")
+    print(
+        f"\n{'dataset':<24} {'prompt':<12} {'extract':<10} {'reward':>7} {'solved':>7} {'groups±':>8} "
+        f"{'mixed':>6} {'stated':>7} {'tokens':>7}"
+    )
     mixed_by_choice: dict[tuple[str, str], list[float]] = {}
     for (dataset, prompt), recs in cells.items():
         questions = [regenerate(QuestionId(*r["id"])) for r in recs]
@@ -126,11 +149,15 @@ def run(args: argparse.Namespace) -> int:
             varied = sum(max(g) - min(g) > 1e-9 for g in scores) / len(scores)
             mixed = sum(any(x >= 1 for x in g) and any(x < 1 for x in g) for g in scores) / len(scores)
             mixed_by_choice.setdefault((prompt, name), []).append(mixed)
-            print(f"{dataset:<24} {prompt:<12} {name:<10} {statistics.fmean(flat):>7.3f} "
-                  f"{sum(x >= 1 for x in flat) / len(flat):>7.3f} {varied:>8.2f} {mixed:>6.2f} {stated:>7.2f} {tokens:>7.1f}")
+            print(
+                f"{dataset:<24} {prompt:<12} {name:<10} {statistics.fmean(flat):>7.3f} "
+                f"{sum(x >= 1 for x in flat) / len(flat):>7.3f} {varied:>8.2f} {mixed:>6.2f} {stated:>7.2f} {tokens:>7.1f}"
+            )
     (prompt, name), mixed = max(mixed_by_choice.items(), key=lambda kv: statistics.fmean(kv[1]))
     n_tokens = sum(sum(r["tokens"]) for r in records)
-    print(f"best: prompt {prompt} + extraction {name}: {statistics.fmean(mixed):.2f} of groups mixed "
-          f"(mean over {len(mixed)} datasets); sampled {n_tokens} tokens"
-          + ("" if args.load else f" in {elapsed:.0f} s ({n_tokens / max(elapsed, 1e-9):.0f} tok/s)"))
+    print(
+        f"best: prompt {prompt} + extraction {name}: {statistics.fmean(mixed):.2f} of groups mixed "
+        f"(mean over {len(mixed)} datasets); sampled {n_tokens} tokens"
+        + ("" if args.load else f" in {elapsed:.0f} s ({n_tokens / max(elapsed, 1e-9):.0f} tok/s)")
+    )
     return 0

@@ -111,11 +111,16 @@ def measure_update(args: argparse.Namespace) -> dict[str, float]:
         n = _plain_step(policy, plain_opt, seqs, cfg.train.micro_batch_size)
         plain_s.append(time.perf_counter() - t)
         plain.append(n / plain_s[-1])
-    return {"ours": statistics.median(ours), "plain": statistics.median(plain),
-            "ours_seconds": statistics.median(ours_s), "plain_seconds": statistics.median(plain_s),
-            "plain_tokens": float(n),
-            "micro_batch": cfg.train.micro_batch_size, "checkpointing": cfg.train.gradient_checkpointing,
-            "tokens": out["train/tokens"]}
+    return {
+        "ours": statistics.median(ours),
+        "plain": statistics.median(plain),
+        "ours_seconds": statistics.median(ours_s),
+        "plain_seconds": statistics.median(plain_s),
+        "plain_tokens": float(n),
+        "micro_batch": cfg.train.micro_batch_size,
+        "checkpointing": cfg.train.gradient_checkpointing,
+        "tokens": out["train/tokens"],
+    }
 
 
 def node_peak_memory(rounds: int) -> tuple[float, float]:
@@ -124,8 +129,18 @@ def node_peak_memory(rounds: int) -> tuple[float, float]:
 
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, SAPO_DATA_DIR=str(Path(tmp) / "data"))
-        cmd = [sys.executable, "-m", "sapo_core.cli", "run", "--rounds", str(rounds), "--alone", "--quiet",
-               "--run-dir", str(Path(tmp) / "run")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sapo_core.cli",
+            "run",
+            "--rounds",
+            str(rounds),
+            "--alone",
+            "--quiet",
+            "--run-dir",
+            str(Path(tmp) / "run"),
+        ]
         t = time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         root = psutil.Process(proc.pid)
@@ -149,15 +164,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"machine: {psutil.cpu_count(logical=False)} cores, load average {load:.1f}")
     r = measure_update(args)
     ratio = r["ours"] / r["plain"]
-    print(f"batch: {args.sequences} sequences of {args.completion_tokens} completion tokens in groups sharing a "
-          f"prompt; ours processes {int(r['tokens'])} tokens (prompts packed), plain {int(r['plain_tokens'])}; "
-          f"micro-batch {r['micro_batch']}, gradient checkpointing {'on' if r['checkpointing'] else 'off'}, "
-          f"median of {args.repeats}")
+    print(
+        f"batch: {args.sequences} sequences of {args.completion_tokens} completion tokens in groups sharing a "
+        f"prompt; ours processes {int(r['tokens'])} tokens (prompts packed), plain {int(r['plain_tokens'])}; "
+        f"micro-batch {r['micro_batch']}, gradient checkpointing {'on' if r['checkpointing'] else 'off'}, "
+        f"median of {args.repeats}"
+    )
     print(f"GRPO update        {r['ours']:8.1f} tok/s  {r['ours_seconds']:6.1f} s for the batch")
     print(f"plain fwd+bwd      {r['plain']:8.1f} tok/s  {r['plain_seconds']:6.1f} s for the batch")
     speedup = r["plain_seconds"] / r["ours_seconds"]
-    summary = (f"training: ours {r['ours']:.0f} tok/s, plain forward+backward {r['plain']:.0f} tok/s, ratio {ratio:.2f}; "
-               f"same batch ours {r['ours_seconds']:.1f} s, plain {r['plain_seconds']:.1f} s, {speedup:.1f}x faster")
+    summary = (
+        f"training: ours {r['ours']:.0f} tok/s, plain forward+backward {r['plain']:.0f} tok/s, ratio {ratio:.2f}; "
+        f"same batch ours {r['ours_seconds']:.1f} s, plain {r['plain_seconds']:.1f} s, {speedup:.1f}x faster"
+    )
     result = {**r, "ratio": ratio, "batch_speedup": speedup}
     if not args.no_node:
         peak, secs = node_peak_memory(args.node_rounds)

@@ -28,9 +28,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sapo_core import paths
 
@@ -43,8 +44,7 @@ DISK_WARN_GIB = 5.0  # larger catalogue models are 1-3 GB each
 # Flags that build llama.cpp for any CPU of this family instead of the build machine's exact one;
 # the default (native) build segfaults in the AMX kernels on some CPUs (docs/environment.md,
 # 'llama.cpp build flags').
-PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
-                       "-DGGML_F16C=ON")
+PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 INSTALLER = "./installer/install.sh"
 STATUSES = ("ok", "warn", "fail")
 
@@ -105,8 +105,14 @@ def run_probe(code: str, args: list[str], timeout: float, env: dict[str, str] | 
     start = time.perf_counter()
     child_env = dict(os.environ if env is None else env)
     try:
-        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                              timeout=timeout, env=child_env, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
@@ -178,17 +184,25 @@ def judge_python(version: tuple[int, ...], executable: str) -> Check:
     text = ".".join(str(v) for v in version[:3])
     if tuple(version[:2]) < MIN_PYTHON:
         need = ".".join(map(str, MIN_PYTHON))
-        return Check("python", "fail", f"{text} at {executable} is older than {need}",
-                     f"install Python {need} or newer and rerun {INSTALLER}")
+        return Check(
+            "python",
+            "fail",
+            f"{text} at {executable} is older than {need}",
+            f"install Python {need} or newer and rerun {INSTALLER}",
+        )
     return Check("python", "ok", f"{text} at {executable}")
 
 
 def judge_torch(result: ProbeResult, nvidia_gpu: bool) -> Check:
     why = result.failure()
     if why:
-        return Check("torch", "fail", f"import or first op {why}",
-                     f"rerun {INSTALLER} (it reinstalls torch), or: {sys.executable} -m pip install "
-                     "--force-reinstall torch", result.seconds)
+        return Check(
+            "torch",
+            "fail",
+            f"import or first op {why}",
+            f"rerun {INSTALLER} (it reinstalls torch), or: {sys.executable} -m pip install --force-reinstall torch",
+            result.seconds,
+        )
     p = result.payload or {}
     build = f"CUDA {p.get('cuda')} build" if p.get("cuda") else "CPU build"
     detail = f"{p.get('version')}, {build}; device {p.get('device')}"
@@ -197,15 +211,29 @@ def judge_torch(result: ProbeResult, nvidia_gpu: bool) -> Check:
     elif p.get("device") == "cpu":
         detail += f" ({p.get('threads')} threads)"
     if not p.get("op_ok"):
-        return Check("torch", "fail", detail + "; a matrix product gave a non-finite value",
-                     f"rerun {INSTALLER} to reinstall torch", result.seconds)
+        return Check(
+            "torch",
+            "fail",
+            detail + "; a matrix product gave a non-finite value",
+            f"rerun {INSTALLER} to reinstall torch",
+            result.seconds,
+        )
     if nvidia_gpu and not p.get("cuda"):
-        return Check("torch", "warn", detail + "; an NVIDIA GPU is present but unused",
-                     f"{INSTALLER} --torch cuda (installs a CUDA build of torch)", result.seconds)
+        return Check(
+            "torch",
+            "warn",
+            detail + "; an NVIDIA GPU is present but unused",
+            f"{INSTALLER} --torch cuda (installs a CUDA build of torch)",
+            result.seconds,
+        )
     if p.get("cuda") and not p.get("cuda_available"):
-        return Check("torch", "warn", detail + "; no CUDA device is usable, training runs on the CPU",
-                     "update the NVIDIA driver (nvidia-smi must work), or "
-                     f"{INSTALLER} --torch cpu", result.seconds)
+        return Check(
+            "torch",
+            "warn",
+            detail + "; no CUDA device is usable, training runs on the CPU",
+            f"update the NVIDIA driver (nvidia-smi must work), or {INSTALLER} --torch cpu",
+            result.seconds,
+        )
     return Check("torch", "ok", detail, seconds=result.seconds)
 
 
@@ -218,50 +246,78 @@ def _cpu_features(system_info: str) -> str:
 
 def judge_llama(result: ProbeResult, model: Path | None) -> Check:
     if model is None or not model.is_file():
-        return Check("llama.cpp", "fail", "skipped: no model file to run (see the model check)",
-                     "fix the model check first", result.seconds)
+        return Check(
+            "llama.cpp",
+            "fail",
+            "skipped: no model file to run (see the model check)",
+            "fix the model check first",
+            result.seconds,
+        )
     why = result.failure()
     if why:
         if "No module named 'llama_cpp'" in result.stderr:
-            fix = (f"rerun {INSTALLER} (it builds llama-cpp-python), or: CMAKE_ARGS=\"{PORTABLE_CMAKE_ARGS}\" "
-                   f"{sys.executable} -m pip install llama-cpp-python")
+            fix = (
+                f'rerun {INSTALLER} (it builds llama-cpp-python), or: CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" '
+                f"{sys.executable} -m pip install llama-cpp-python"
+            )
         else:
-            fix = ("a native crash on the first token usually means llama.cpp was built for another "
-                   f"CPU (e.g. with AMX kernels); rebuild it with portable flags: rerun {INSTALLER}, or: "
-                   f"CMAKE_ARGS=\"{PORTABLE_CMAKE_ARGS}\" {sys.executable} -m pip install "
-                   "--force-reinstall --no-cache-dir --no-deps llama-cpp-python")
+            fix = (
+                "a native crash on the first token usually means llama.cpp was built for another "
+                f"CPU (e.g. with AMX kernels); rebuild it with portable flags: rerun {INSTALLER}, or: "
+                f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" {sys.executable} -m pip install '
+                "--force-reinstall --no-cache-dir --no-deps llama-cpp-python"
+            )
         return Check("llama.cpp", "fail", f"running one token on {model.name} {why}", fix, result.seconds)
     p = result.payload or {}
     backend = "GPU offload" if p.get("gpu_offload") else f"CPU: {_cpu_features(p.get('system', ''))}"
-    return Check("llama.cpp", "ok",
-                 f"{p.get('version')} ran a token in {float(p.get('token_s', 0)):.2f} s "
-                 f"(model loaded in {float(p.get('load_s', 0)):.1f} s; {backend})", seconds=result.seconds)
+    return Check(
+        "llama.cpp",
+        "ok",
+        f"{p.get('version')} ran a token in {float(p.get('token_s', 0)):.2f} s "
+        f"(model loaded in {float(p.get('load_s', 0)):.1f} s; {backend})",
+        seconds=result.seconds,
+    )
 
 
 def judge_dht(result: ProbeResult) -> Check:
     why = result.failure()
-    fix = (f"hivemind's p2pd daemon must start and listen on 127.0.0.1; reinstall it: {sys.executable} "
-           "-m pip install --force-reinstall hivemind (a firewall that blocks loopback also breaks it)")
+    fix = (
+        f"hivemind's p2pd daemon must start and listen on 127.0.0.1; reinstall it: {sys.executable} "
+        "-m pip install --force-reinstall hivemind (a firewall that blocks loopback also breaks it)"
+    )
     if why:
         return Check("dht", "fail", f"two DHT nodes on loopback: {why}", fix, result.seconds)
     p = result.payload or {}
     if not (p.get("stored") and p.get("read_back")):
-        return Check("dht", "fail", "two DHT nodes started but a value stored on one was not read back "
-                     "on the other", fix, result.seconds)
-    return Check("dht", "ok", f"hivemind {p.get('version')}: two nodes on loopback exchanged a value "
-                 f"(first started in {float(p.get('start_s', 0)):.1f} s)", seconds=result.seconds)
+        return Check(
+            "dht",
+            "fail",
+            "two DHT nodes started but a value stored on one was not read back on the other",
+            fix,
+            result.seconds,
+        )
+    return Check(
+        "dht",
+        "ok",
+        f"hivemind {p.get('version')}: two nodes on loopback exchanged a value "
+        f"(first started in {float(p.get('start_s', 0)):.1f} s)",
+        seconds=result.seconds,
+    )
 
 
 def judge_qt(result: ProbeResult) -> Check:
     why = result.failure()
     if why:
-        return Check("qt", "warn", f"Qt offscreen {why}; the desktop app cannot start (the headless "
-                     "node can)", "install Qt's system libraries (Debian/Ubuntu: sudo apt install libegl1 "
-                     "libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3), then rerun the doctor",
-                     result.seconds)
+        return Check(
+            "qt",
+            "warn",
+            f"Qt offscreen {why}; the desktop app cannot start (the headless node can)",
+            "install Qt's system libraries (Debian/Ubuntu: sudo apt install libegl1 "
+            "libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3), then rerun the doctor",
+            result.seconds,
+        )
     p = result.payload or {}
-    return Check("qt", "ok", f"PySide6 {p.get('pyside')} (Qt {p.get('qt')}) draws offscreen",
-                 seconds=result.seconds)
+    return Check("qt", "ok", f"PySide6 {p.get('pyside')} (Qt {p.get('qt')}) draws offscreen", seconds=result.seconds)
 
 
 def embedded_model_path() -> Path | None:
@@ -297,11 +353,17 @@ def judge_disk(path: Path, free_bytes: int) -> Check:
     free = free_bytes / GIB
     detail = f"{free:.1f} GiB free at {path}"
     if free < DISK_FAIL_GIB:
-        return Check("disk", "fail", detail, f"free at least {DISK_FAIL_GIB:.0f} GiB there (run data, "
-                     "checkpoints), or point the node at another disk with --run-dir")
+        return Check(
+            "disk",
+            "fail",
+            detail,
+            f"free at least {DISK_FAIL_GIB:.0f} GiB there (run data, "
+            "checkpoints), or point the node at another disk with --run-dir",
+        )
     if free < DISK_WARN_GIB:
-        return Check("disk", "warn", detail, f"enough for the embedded model; larger models need up to "
-                     f"{DISK_WARN_GIB:.0f} GiB")
+        return Check(
+            "disk", "warn", detail, f"enough for the embedded model; larger models need up to {DISK_WARN_GIB:.0f} GiB"
+        )
     return Check("disk", "ok", detail)
 
 
@@ -320,16 +382,18 @@ def nvidia_gpu_present() -> bool:
 CHECK_NAMES = ("python", "torch", "llama.cpp", "dht", "model", "disk", "qt")
 
 
-def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
-               timeout: float = 180.0) -> list[Check]:
+def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None, timeout: float = 180.0) -> list[Check]:
     """Run the chosen checks (all by default), the slow probes concurrently; report order is fixed."""
     want = set(CHECK_NAMES) if only is None else set(only)
     qt_env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     probes: dict[str, Callable[[], Check]] = {
         "torch": lambda: judge_torch(run_probe(TORCH_PROBE, [], timeout), nvidia_gpu_present()),
         "llama.cpp": lambda: judge_llama(
-            run_probe(LLAMA_PROBE, [str(model)], timeout) if model is not None and model.is_file()
-            else ProbeResult(0, "", "", 0.0), model),
+            run_probe(LLAMA_PROBE, [str(model)], timeout)
+            if model is not None and model.is_file()
+            else ProbeResult(0, "", "", 0.0),
+            model,
+        ),
         "dht": lambda: judge_dht(run_probe(DHT_PROBE, [], timeout)),
         "qt": lambda: judge_qt(run_probe(QT_PROBE, [], timeout, env=qt_env)),
     }
@@ -353,8 +417,13 @@ def network_config(config_path: str = "", join: str = ""):
     then an invitation's swarm and peers."""
     from sapo_core.config import NodeConfig, load_config
 
-    cfg = load_config(config_path) if config_path else (
-        load_config(paths.data_dir() / "node.toml") if (paths.data_dir() / "node.toml").is_file() else NodeConfig())
+    cfg = (
+        load_config(config_path)
+        if config_path
+        else (
+            load_config(paths.data_dir() / "node.toml") if (paths.data_dir() / "node.toml").is_file() else NodeConfig()
+        )
+    )
     if join:
         from sapo_core.swarm.invitations import apply_invitation, parse_invitation
 
@@ -379,25 +448,36 @@ def format_report(checks: list[Check], title: str = "can this machine run a node
         if c.status != "ok" and c.fix:
             lines.append(f"  {'':<5} {'':<10} fix: {c.fix}")
     failed = [c.name for c in checks if c.status == "fail"]
-    lines.append(f"{len(failed)} required check(s) failed: {', '.join(failed)}" if failed
-                 else "All required checks passed.")
+    lines.append(
+        f"{len(failed)} required check(s) failed: {', '.join(failed)}" if failed else "All required checks passed."
+    )
     return "\n".join(lines)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     parser.add_argument("--model", default="", help="GGUF file to run a token on (default: the embedded one)")
-    parser.add_argument("--data-dir", default="", help="where run data goes, for the disk check "
-                        f"(default: {paths.data_dir()})")
+    parser.add_argument(
+        "--data-dir", default="", help=f"where run data goes, for the disk check (default: {paths.data_dir()})"
+    )
     parser.add_argument("--only", default="", help=f"comma-separated checks to run, of: {', '.join(CHECK_NAMES)}")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds each probe may take")
-    parser.add_argument("--network", action="store_true",
-                        help="check joining instead: the p2p daemon, its addresses, bootstrap peers, reachability, "
-                             "clock offset against peers, LAN discovery (uses node.toml or --config)")
+    parser.add_argument(
+        "--network",
+        action="store_true",
+        help="check joining instead: the p2p daemon, its addresses, bootstrap peers, reachability, "
+        "clock offset against peers, LAN discovery (uses node.toml or --config)",
+    )
     parser.add_argument("--config", default="", help="with --network: the node's TOML config")
-    parser.add_argument("--join", default="", metavar="INVITATION", help="with --network: check this invitation's peers")
-    parser.add_argument("--step-timeout", type=float, default=10.0,
-                        help="with --network: seconds each step (start, one peer, the dial-back) may take")
+    parser.add_argument(
+        "--join", default="", metavar="INVITATION", help="with --network: check this invitation's peers"
+    )
+    parser.add_argument(
+        "--step-timeout",
+        type=float,
+        default=10.0,
+        help="with --network: seconds each step (start, one peer, the dial-back) may take",
+    )
 
 
 def network_main(args: argparse.Namespace) -> int:
@@ -423,8 +503,9 @@ def main(args: argparse.Namespace) -> int:
     only = {n.strip() for n in args.only.split(",") if n.strip()} or None
     unknown = sorted((only or set()) - set(CHECK_NAMES))
     if unknown:
-        print(f"sapo-node doctor: unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECK_NAMES)}",
-              file=sys.stderr)
+        print(
+            f"sapo-node doctor: unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECK_NAMES)}", file=sys.stderr
+        )
         return 2
     model = Path(args.model).expanduser() if args.model else embedded_model_path()
     data_dir = Path(args.data_dir).expanduser() if args.data_dir else paths.data_dir()

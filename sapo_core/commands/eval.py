@@ -20,8 +20,12 @@ from sapo_core import paths
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=f"the run to evaluate (default {paths.default_run_dir()})")
     p.add_argument("--round", type=int, default=0, help="checkpoint of this round (default: the latest)")
-    p.add_argument("--questions", type=int, default=0,
-                   help="held-out questions per dataset (default: the run's eval.questions, which training skipped)")
+    p.add_argument(
+        "--questions",
+        type=int,
+        default=0,
+        help="held-out questions per dataset (default: the run's eval.questions, which training skipped)",
+    )
     p.add_argument("--samples", type=int, default=0, help="completions per question, k (default: the run's)")
     p.add_argument("--threads", type=int, default=-1, help="threads (default: the run's sampler.threads)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -35,8 +39,9 @@ def checkpoint_dir(run_dir: Path, round: int) -> Path:
         raise SystemExit(f"sapo-node eval: no checkpoint in {base}; train first (sapo-node run)")
     want = round or have[-1]
     if want not in have:
-        raise SystemExit(f"sapo-node eval: no checkpoint of round {want} in {base}; there are: "
-                         + ", ".join(map(str, have)))
+        raise SystemExit(
+            f"sapo-node eval: no checkpoint of round {want} in {base}; there are: " + ", ".join(map(str, have))
+        )
     return base / f"round-{want:06d}"
 
 
@@ -50,8 +55,9 @@ def load_checkpoint(policy, path: Path) -> dict:
     return state
 
 
-def evaluate_run(run_dir: Path, round: int = 0, questions: int = 0, samples: int = 0, threads: int = -1,
-                 hooks=None) -> dict:
+def evaluate_run(
+    run_dir: Path, round: int = 0, questions: int = 0, samples: int = 0, threads: int = -1, hooks=None
+) -> dict:
     """{'run_dir', 'round', 'model', 'questions', 'samples', 'datasets': {name: figures}, 'figures'}."""
     from sapo_core.config import ConfigError, load_config
     from sapo_core.downloads import TerminalHooks
@@ -73,11 +79,22 @@ def evaluate_run(run_dir: Path, round: int = 0, questions: int = 0, samples: int
     cfg = cfg.replace(**changes)
     path = checkpoint_dir(run_dir, round)
     plan = resolve_model(cfg, TerminalHooks("sapo-node eval"))  # the base model, fetched first if need be
-    policy = load_policy(cfg.model, plan.gguf, paths.cache_dir() / "hf", seed=cfg.seed,
-                         tokenizer_gguf=plan.tokenizer_gguf, model_id=plan.model_id)
+    policy = load_policy(
+        cfg.model,
+        plan.gguf,
+        paths.cache_dir() / "hf",
+        seed=cfg.seed,
+        tokenizer_gguf=plan.tokenizer_gguf,
+        model_id=plan.model_id,
+    )
     tasks = TaskSet(cfg.tasks, seed=0)
-    settings = EvalSettings(samples=cfg.eval.samples, greedy=cfg.eval.greedy, temperature=cfg.sampler.temperature,
-                            top_p=cfg.sampler.top_p, max_new_tokens=cfg.sampler.max_new_tokens)
+    settings = EvalSettings(
+        samples=cfg.eval.samples,
+        greedy=cfg.eval.greedy,
+        temperature=cfg.sampler.temperature,
+        top_p=cfg.sampler.top_p,
+        max_new_tokens=cfg.sampler.max_new_tokens,
+    )
     sampler, _ = make_sampler(cfg.sampler, policy, paths.cache_dir())
     try:
         if cfg.sampler.threads:
@@ -92,21 +109,34 @@ def evaluate_run(run_dir: Path, round: int = 0, questions: int = 0, samples: int
         datasets = gains_by_dataset(evaluator.last, evaluator.base)
     finally:
         sampler.close()
-    return {"run_dir": str(run_dir), "round": int(state["round"]), "model": policy.model_id,
-            "questions": cfg.eval.questions, "samples": cfg.eval.samples, "datasets": datasets, "figures": figures}
+    return {
+        "run_dir": str(run_dir),
+        "round": int(state["round"]),
+        "model": policy.model_id,
+        "questions": cfg.eval.questions,
+        "samples": cfg.eval.samples,
+        "datasets": datasets,
+        "figures": figures,
+    }
 
 
 def format_table(result: dict) -> str:
-    lines = [f"held-out evaluation of {result['run_dir']}, round {result['round']} ({result['model']}; "
-             f"{result['questions']} questions per dataset x {result['samples']} samples)",
-             f"{'dataset':<26}{'base':>7}{'round ' + str(result['round']):>12}{'gain':>8}  95% CI"]
+    lines = [
+        f"held-out evaluation of {result['run_dir']}, round {result['round']} ({result['model']}; "
+        f"{result['questions']} questions per dataset x {result['samples']} samples)",
+        f"{'dataset':<26}{'base':>7}{'round ' + str(result['round']):>12}{'gain':>8}  95% CI",
+    ]
     for name, d in result["datasets"].items():
-        lines.append(f"{name:<26}{d['base']:>7.3f}{d['current']:>12.3f}{d['gain']:>+8.3f}  "
-                     f"{d['ci_low']:+.3f}..{d['ci_high']:+.3f}")
+        lines.append(
+            f"{name:<26}{d['base']:>7.3f}{d['current']:>12.3f}{d['gain']:>+8.3f}  "
+            f"{d['ci_low']:+.3f}..{d['ci_high']:+.3f}"
+        )
     allq = result["datasets"]["all"]
     if "greedy_current" in allq:
-        lines.append(f"{'greedy (all)':<26}{allq['greedy_base']:>7.3f}{allq['greedy_current']:>12.3f}"
-                     f"{allq['greedy_current'] - allq['greedy_base']:>+8.3f}")
+        lines.append(
+            f"{'greedy (all)':<26}{allq['greedy_base']:>7.3f}{allq['greedy_current']:>12.3f}"
+            f"{allq['greedy_current'] - allq['greedy_base']:>+8.3f}"
+        )
     if "eval/level_solve_rate" in result["figures"]:
         lines.append(f"at the current curriculum levels: {result['figures']['eval/level_solve_rate']:.3f}")
     return "\n".join(lines)

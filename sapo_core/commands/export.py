@@ -21,12 +21,20 @@ def configure(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--run-dir", help="the run to export (default: the data directory's default run)")
     p.add_argument("--round", type=int, help="export this round's checkpoint (default: the newest kept)")
-    p.add_argument("--format", required=True, choices=FORMATS,
-                   help="gguf: merged, for llama.cpp / LM Studio; ollama: GGUF + Modelfile; "
-                        "hf: merged Hugging Face folder; peft: the bare LoRA adapter")
-    p.add_argument("--quant", default="f16", choices=QUANTS,
-                   help="GGUF weight type: f16 (default) is what you trained; q8_0 is half the size and its "
-                        "log-probs are ~0.07 nats/token from the trainer's")
+    p.add_argument(
+        "--format",
+        required=True,
+        choices=FORMATS,
+        help="gguf: merged, for llama.cpp / LM Studio; ollama: GGUF + Modelfile; "
+        "hf: merged Hugging Face folder; peft: the bare LoRA adapter",
+    )
+    p.add_argument(
+        "--quant",
+        default="f16",
+        choices=QUANTS,
+        help="GGUF weight type: f16 (default) is what you trained; q8_0 is half the size and its "
+        "log-probs are ~0.07 nats/token from the trainer's",
+    )
     p.add_argument("--output", required=True, help="folder to create (must not exist or be empty)")
     p.add_argument("--threads", type=int, default=0, help="threads for converting (default: physical cores)")
     p.add_argument("--progress-json", action="store_true", help="print progress as JSON lines (for the app)")
@@ -45,8 +53,14 @@ def main(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir).expanduser() if args.run_dir else paths.default_run_dir()
     try:
-        req = ExportRequest(run_dir=run_dir, output=Path(args.output).expanduser(), format=args.format,
-                            quant=args.quant, round=args.round, threads=args.threads)
+        req = ExportRequest(
+            run_dir=run_dir,
+            output=Path(args.output).expanduser(),
+            format=args.format,
+            quant=args.quant,
+            round=args.round,
+            threads=args.threads,
+        )
         files = export(req, progress, terminal_download("sapo-node export"))
     except (ExportFailed, ConfigError) as e:
         if args.progress_json:

@@ -38,13 +38,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the profile and the choice as JSON")
     p.add_argument("--config", help="TOML config file (default: node.toml in the data directory, if any)")
     p.add_argument("--model", help="judge this catalogue id as if the config named it (default: the config's)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config value, e.g. --set train.micro_batch_size=4 (repeatable)")
-    p.add_argument("--probe", action="store_true",
-                   help="measure this machine now (two short real rounds of the embedded model, ~30-60 s) and "
-                        "cache it; later calls use the cached figures")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"pretend the machine differs, e.g. --override SAPO_RAM_GB=8; keys: {', '.join(OVERRIDE_KEYS)}")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config value, e.g. --set train.micro_batch_size=4 (repeatable)",
+    )
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="measure this machine now (two short real rounds of the embedded model, ~30-60 s) and "
+        "cache it; later calls use the cached figures",
+    )
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"pretend the machine differs, e.g. --override SAPO_RAM_GB=8; keys: {', '.join(OVERRIDE_KEYS)}",
+    )
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -59,7 +72,13 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 def _config(args: argparse.Namespace) -> NodeConfig:
     default_file = paths.data_dir() / "node.toml"
-    cfg = load_config(args.config) if args.config else load_config(default_file) if default_file.is_file() else NodeConfig()
+    cfg = (
+        load_config(args.config)
+        if args.config
+        else load_config(default_file)
+        if default_file.is_file()
+        else NodeConfig()
+    )
     changes: dict[str, Any] = {}
     for key, text in _pairs(args.set, "--set").items():
         try:
@@ -76,21 +95,44 @@ def report(profile: HardwareProfile, choice: ModelChoice, probe: Any = None) -> 
     models = []
     for v in choice.verdicts:
         host, gpu = v.memory.placement(profile.device.value)
-        models.append({
-            "id": v.model_id, "status": v.status, "reason": v.reason, "micro_batch_size": v.micro_batch_size,
-            "memory_gb": {"host": round(host, 2), "gpu": round(gpu, 2), "train": v.memory.train,
-                          "sample": v.memory.sample, "runtime": v.memory.runtime_gb,
-                          "load_transient": v.memory.load_transient_gb},
-            "disk_gb": v.memory.disk,
-            "round_estimate": {"seconds": round(v.round.seconds, 1), "sample_tok_s": round(v.round.sample_tok_s, 1),
-                               "train_tok_s": round(v.round.train_tok_s, 1),
-                               "rounds_per_hour": round(v.round.rounds_per_hour, 1),
-                               "overhead_seconds": round(v.round.overhead_seconds, 1), "basis": v.round.basis},
-        })
-    return {"profile": profile.to_dict(), "ram_budget_gb": round(ram_budget_gb(profile), 2),
-            "choice": {"model": choice.entry.id, "reason": choice.reason, "micro_batch_size": choice.micro_batch_size,
-                       "explicit": choice.explicit, "warnings": list(choice.warnings)},
-            "models": models, "probe": asdict(probe) if probe is not None else None}
+        models.append(
+            {
+                "id": v.model_id,
+                "status": v.status,
+                "reason": v.reason,
+                "micro_batch_size": v.micro_batch_size,
+                "memory_gb": {
+                    "host": round(host, 2),
+                    "gpu": round(gpu, 2),
+                    "train": v.memory.train,
+                    "sample": v.memory.sample,
+                    "runtime": v.memory.runtime_gb,
+                    "load_transient": v.memory.load_transient_gb,
+                },
+                "disk_gb": v.memory.disk,
+                "round_estimate": {
+                    "seconds": round(v.round.seconds, 1),
+                    "sample_tok_s": round(v.round.sample_tok_s, 1),
+                    "train_tok_s": round(v.round.train_tok_s, 1),
+                    "rounds_per_hour": round(v.round.rounds_per_hour, 1),
+                    "overhead_seconds": round(v.round.overhead_seconds, 1),
+                    "basis": v.round.basis,
+                },
+            }
+        )
+    return {
+        "profile": profile.to_dict(),
+        "ram_budget_gb": round(ram_budget_gb(profile), 2),
+        "choice": {
+            "model": choice.entry.id,
+            "reason": choice.reason,
+            "micro_batch_size": choice.micro_batch_size,
+            "explicit": choice.explicit,
+            "warnings": list(choice.warnings),
+        },
+        "models": models,
+        "probe": asdict(probe) if probe is not None else None,
+    }
 
 
 def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro_batch: int, probe: Any = None) -> None:
@@ -102,24 +144,30 @@ def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro
     for col in ("", "value", "how it was found"):
         machine.add_column(col)
     gpus = ", ".join(f"{g.name} ({g.memory_gb:.1f} GB)" for g in profile.gpus.value) or "none"
-    rows = [("CPU cores (physical)", str(profile.cpu_physical.value), profile.cpu_physical.reason),
-            ("CPU threads (logical)", str(profile.cpu_logical.value), profile.cpu_logical.reason),
-            ("RAM total", f"{profile.ram_total_gb.value:.1f} GB", profile.ram_total_gb.reason),
-            ("RAM available", f"{profile.ram_available_gb.value:.1f} GB", profile.ram_available_gb.reason),
-            ("disk free", f"{profile.disk_free_gb.value:.1f} GB", profile.disk_free_gb.reason),
-            ("CUDA GPUs", gpus, profile.gpus.reason),
-            ("Apple MPS", "yes" if profile.mps.value else "no", profile.mps.reason),
-            ("training device", profile.device.value, profile.device.reason)]
+    rows = [
+        ("CPU cores (physical)", str(profile.cpu_physical.value), profile.cpu_physical.reason),
+        ("CPU threads (logical)", str(profile.cpu_logical.value), profile.cpu_logical.reason),
+        ("RAM total", f"{profile.ram_total_gb.value:.1f} GB", profile.ram_total_gb.reason),
+        ("RAM available", f"{profile.ram_available_gb.value:.1f} GB", profile.ram_available_gb.reason),
+        ("disk free", f"{profile.disk_free_gb.value:.1f} GB", profile.disk_free_gb.reason),
+        ("CUDA GPUs", gpus, profile.gpus.reason),
+        ("Apple MPS", "yes" if profile.mps.value else "no", profile.mps.reason),
+        ("training device", profile.device.value, profile.device.reason),
+    ]
     for row in rows:
         machine.add_row(*row)
     console.print(machine)
-    console.print(f"RAM budget for the node: {ram_budget_gb(profile):.1f} GB (available RAM, at most 80 % of the total)"
-                  f"; data directory {profile.data_dir}")
+    console.print(
+        f"RAM budget for the node: {ram_budget_gb(profile):.1f} GB (available RAM, at most 80 % of the total)"
+        f"; data directory {profile.data_dir}"
+    )
 
     if probe is not None:
-        console.print(f"Round times from this machine's probe ({probe.model_id}, {probe.threads} thread(s)): sampling "
-                      f"{probe.sample_tok_s:.0f} tok/s, training {probe.train_tok_s:.0f} tok/s, answers "
-                      f"{probe.completion_tokens:.0f} tokens; other models scaled by parameters")
+        console.print(
+            f"Round times from this machine's probe ({probe.model_id}, {probe.threads} thread(s)): sampling "
+            f"{probe.sample_tok_s:.0f} tok/s, training {probe.train_tok_s:.0f} tok/s, answers "
+            f"{probe.completion_tokens:.0f} tokens; other models scaled by parameters"
+        )
     else:
         console.print("Round times are a formula's guess: `sapo-node hardware --probe` measures this machine (~1 min)")
     models = Table(title="Models (largest first; round times estimated)", title_justify="left")
@@ -129,9 +177,16 @@ def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro
     for v in choice.verdicts:
         host, gpu = v.memory.placement(profile.device.value)
         mark = " *" if v.model_id == choice.entry.id else ""
-        models.add_row(v.model_id + mark, f"[{style[v.status]}]{v.status}[/]", f"{host:.1f}",
-                       f"{gpu:.1f}" if gpu else "-", f"{v.memory.disk_gb:.1f}", f"{v.round.seconds:.0f}",
-                       f"{v.round.rounds_per_hour:.0f}", v.reason)
+        models.add_row(
+            v.model_id + mark,
+            f"[{style[v.status]}]{v.status}[/]",
+            f"{host:.1f}",
+            f"{gpu:.1f}" if gpu else "-",
+            f"{v.memory.disk_gb:.1f}",
+            f"{v.round.seconds:.0f}",
+            f"{v.round.rounds_per_hour:.0f}",
+            v.reason,
+        )
     console.print(models)
 
     chosen = choice.verdict(choice.entry.id).memory
@@ -140,8 +195,10 @@ def _print_human(profile: HardwareProfile, choice: ModelChoice, configured_micro
     console.print(f"  training step (GB): {parts}; peak {chosen.train_gb:.2f}")
     console.print("  sampler (GB): " + ", ".join(f"{k} {val:.2f}" for k, val in chosen.sample.items()))
     if choice.micro_batch_size != configured_micro_batch:
-        console.print(f"  micro-batch: {choice.micro_batch_size} fits memory; the config's train.micro_batch_size "
-                      f"{configured_micro_batch} does not (set it, or let the node lower it)")
+        console.print(
+            f"  micro-batch: {choice.micro_batch_size} fits memory; the config's train.micro_batch_size "
+            f"{configured_micro_batch} does not (set it, or let the node lower it)"
+        )
     for w in choice.warnings:
         console.print(f"[yellow]warning:[/] {w}")
 
@@ -153,9 +210,17 @@ def run_probe(cache_dir: Path) -> Probe:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in the node process (worker.py)
     entry = load_catalogue().embedded
     with tempfile.TemporaryDirectory(prefix="sapo-probe-") as tmp:
-        cfg = NodeConfig().replace(**{"model.name": entry.id, "swarm.enabled": False, "round.external_groups": 0,
-                                      "round.auto_scale": False, "train.kl_beta": 0.01, "run_dir": tmp,
-                                      **PROBE_SHAPE})
+        cfg = NodeConfig().replace(
+            **{
+                "model.name": entry.id,
+                "swarm.enabled": False,
+                "round.external_groups": 0,
+                "round.auto_scale": False,
+                "train.kl_beta": 0.01,
+                "run_dir": tmp,
+                **PROBE_SHAPE,
+            }
+        )
         node = Node(cfg)
         t0 = time.perf_counter()
         node.setup()
@@ -165,11 +230,14 @@ def run_probe(cache_dir: Path) -> Probe:
             m = node.run_round()
         finally:
             node.close()
-        probe = probe_from_metrics(m, machine_key(node.threads), entry.id, entry.params, node.threads,
-                                   PROBE_SHAPE["round.local_groups"])
-    log.info(f"probe: round {probe.round_seconds:.1f} s: sampling {probe.sample_tok_s:.0f} tok/s, training "
-             f"{probe.train_tok_s:.0f} tok/s, answers {probe.completion_tokens:.1f} tokens, prompts "
-             f"{probe.prompt_tokens:.0f}, other {probe.overhead_seconds:.1f} s")
+        probe = probe_from_metrics(
+            m, machine_key(node.threads), entry.id, entry.params, node.threads, PROBE_SHAPE["round.local_groups"]
+        )
+    log.info(
+        f"probe: round {probe.round_seconds:.1f} s: sampling {probe.sample_tok_s:.0f} tok/s, training "
+        f"{probe.train_tok_s:.0f} tok/s, answers {probe.completion_tokens:.1f} tokens, prompts "
+        f"{probe.prompt_tokens:.0f}, other {probe.overhead_seconds:.1f} s"
+    )
     save_probe(cache_dir, probe)
     return probe
 

@@ -21,7 +21,11 @@ import sys
 from pathlib import Path
 
 from sapo_core.swarm.identity import (
-    IdentityError, default_identity_path, export_identity, import_identity, load_identity,
+    IdentityError,
+    default_identity_path,
+    export_identity,
+    import_identity,
+    load_identity,
     load_or_create_identity,
 )
 

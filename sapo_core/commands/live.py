@@ -24,12 +24,27 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient, NodeStartError
-from sapo_core.downloads import PHASE as DOWNLOAD, DownloadLines
+from sapo_core.downloads import PHASE as DOWNLOAD
+from sapo_core.downloads import DownloadLines
 
-PHASES = {"sample": "sampling", "score": "scoring", "share": "sharing", "gather": "gathering",
-          "update": "training", "save": "saving"}
-STATE_STYLE = {P.PAUSED: "yellow", P.SNOOZED: "yellow", P.PAUSING: "yellow", P.STOPPING: "dim",
-               P.CRASHED: "bold red", P.RUNNING: "green", P.STOPPED: "dim", P.STARTING: "dim"}
+PHASES = {
+    "sample": "sampling",
+    "score": "scoring",
+    "share": "sharing",
+    "gather": "gathering",
+    "update": "training",
+    "save": "saving",
+}
+STATE_STYLE = {
+    P.PAUSED: "yellow",
+    P.SNOOZED: "yellow",
+    P.PAUSING: "yellow",
+    P.STOPPING: "dim",
+    P.CRASHED: "bold red",
+    P.RUNNING: "green",
+    P.STOPPED: "dim",
+    P.STARTING: "dim",
+}
 
 
 def round_summary(r: int, m: dict[str, float]) -> str:
@@ -47,8 +62,10 @@ def round_summary(r: int, m: dict[str, float]) -> str:
     if "swarm/peers" in m:
         parts.append(f"peers {int(m['swarm/peers'])}")
     if "eval/solve_rate" in m:  # a held-out evaluation ran in this round
-        parts.append(f"held-out {m['eval/solve_rate']:.3f}"
-                     + (f" (base {m['eval/solve_rate_base']:.3f})" if "eval/solve_rate_base" in m else ""))
+        parts.append(
+            f"held-out {m['eval/solve_rate']:.3f}"
+            + (f" (base {m['eval/solve_rate_base']:.3f})" if "eval/solve_rate_base" in m else "")
+        )
     parts.append(f"{m.get('time/round', 0):.0f} s")
     return "  ".join(parts)
 
@@ -69,16 +86,21 @@ class EventDisplay:
             if ev.phase == DOWNLOAD:
                 self._download(ev)
             elif self.bar is not None and self.task is not None:
-                self.bar.update(self.task, description=PHASES.get(ev.phase, ev.phase), completed=ev.done,
-                                total=ev.total or None)
+                self.bar.update(
+                    self.task, description=PHASES.get(ev.phase, ev.phase), completed=ev.done, total=ev.total or None
+                )
         elif isinstance(ev, P.RoundDone):
             c.print(round_summary(ev.round, ev.metrics))
         elif isinstance(ev, P.NodeInfo):
-            c.print(f"ready in {time.monotonic() - self.started:.0f} s: model {ev.model_id}, sampler {ev.sampler}, "
-                    f"next round {ev.next_round}")
+            c.print(
+                f"ready in {time.monotonic() - self.started:.0f} s: model {ev.model_id}, sampler {ev.sampler}, "
+                f"next round {ev.next_round}"
+            )
             if ev.peer_id:
-                c.print(f"swarm: this node is {ev.node_name or ev.peer_id}; others join with "
-                        f"--initial-peers {ev.join_address or ' '.join(ev.visible_maddrs)}")
+                c.print(
+                    f"swarm: this node is {ev.node_name or ev.peer_id}; others join with "
+                    f"--initial-peers {ev.join_address or ' '.join(ev.visible_maddrs)}"
+                )
         elif isinstance(ev, P.State):
             self._state(ev)
         elif isinstance(ev, P.Log):
@@ -98,8 +120,9 @@ class EventDisplay:
         if line is not None:
             self.console.print(f"[{'yellow' if ev.info.get('failed') else 'dim'}]{escape(line)}[/]")
         if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, description="download", completed=ev.done // 10**6,
-                            total=(ev.total // 10**6) or None)
+            self.bar.update(
+                self.task, description="download", completed=ev.done // 10**6, total=(ev.total // 10**6) or None
+            )
 
     def _state(self, ev: P.State) -> None:
         if ev.state == P.RUNNING and not ev.reason:
@@ -116,8 +139,18 @@ class EventDisplay:
 def run_with_display(cfg: NodeConfig, rounds: int = 0, quiet: bool = False, env: dict[str, str] | None = None) -> int:
     console = Console(stderr=False, highlight=False)
     interactive = console.is_terminal and not quiet
-    bar = Progress(TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TimeElapsedColumn(), console=console, transient=True) if interactive else None
+    bar = (
+        Progress(
+            TextColumn("{task.description:>10}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        if interactive
+        else None
+    )
     display = EventDisplay(console, bar)
     client = NodeClient(on_event=display, env=env)
     interrupts = 0
@@ -126,8 +159,9 @@ def run_with_display(cfg: NodeConfig, rounds: int = 0, quiet: bool = False, env:
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
-            console.print("[yellow]stopping: the round in progress runs again on the next start "
-                          "(Ctrl-C again to kill)[/]")
+            console.print(
+                "[yellow]stopping: the round in progress runs again on the next start (Ctrl-C again to kill)[/]"
+            )
             threading.Thread(target=client.stop, name="stop-node", daemon=True).start()
         else:
             client.kill()

@@ -27,13 +27,25 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, help="longest completion in tokens")
     p.add_argument("--run-dir", help=f"where the run lives (default {paths.default_run_dir()})")
     p.add_argument("--config", help="TOML config file (default: node.toml in the data directory, if any)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config value, e.g. --set train.learning_rate=1e-4 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any config value, e.g. --set train.learning_rate=1e-4 (repeatable)",
+    )
     p.add_argument("--initial-peers", nargs="*", help="multiaddrs of swarm peers to join")
-    p.add_argument("--join", metavar="INVITATION",
-                   help="join the swarm of an invitation (sapo://join/<swarm>?peer=...): its name, settings and peers")
-    p.add_argument("--swarm", metavar="NAME", help="join a listed swarm (resources/swarms.toml, or swarms.toml "
-                                                  "in the data directory) with its settings and bootstrap peers")
+    p.add_argument(
+        "--join",
+        metavar="INVITATION",
+        help="join the swarm of an invitation (sapo://join/<swarm>?peer=...): its name, settings and peers",
+    )
+    p.add_argument(
+        "--swarm",
+        metavar="NAME",
+        help="join a listed swarm (resources/swarms.toml, or swarms.toml "
+        "in the data directory) with its settings and bootstrap peers",
+    )
     p.add_argument("--alone", action="store_true", help="train without a swarm (J = 0)")
     p.add_argument("--sampler", choices=["auto", "llamacpp", "transformers"], help="rollout backend")
     p.add_argument("--quiet", action="store_true", help="one line per round, no live display")
@@ -90,10 +102,14 @@ def build_config(args: argparse.Namespace) -> NodeConfig:
         key, value = item.split("=", 1)
         changes[key.strip()] = _parse_value(value.strip())
     flags = {
-        "model.name": args.model, "round.local_groups": args.local_groups,
-        "round.external_groups": args.external_groups, "sampler.group_size": args.group_size,
-        "sampler.max_new_tokens": args.max_new_tokens, "run_dir": args.run_dir,
-        "swarm.initial_peers": args.initial_peers, "sampler.backend": args.sampler,
+        "model.name": args.model,
+        "round.local_groups": args.local_groups,
+        "round.external_groups": args.external_groups,
+        "sampler.group_size": args.group_size,
+        "sampler.max_new_tokens": args.max_new_tokens,
+        "run_dir": args.run_dir,
+        "swarm.initial_peers": args.initial_peers,
+        "sampler.backend": args.sampler,
     }
     changes.update({k: v for k, v in flags.items() if v is not None})
     if args.alone:

@@ -28,12 +28,20 @@ def main(args: argparse.Namespace) -> int:
                 return 2
             inv = parse_invitation(args.invitation)
             s = inv.swarm
-            entry = SwarmEntry(name=s.name, description=args.description or "added from an invitation",
-                               bootstrap=list(inv.peers), window_seconds=s.window_seconds, shards=s.shards,
-                               tasks=dict(s.tasks), source=str(user_swarms_path()))
+            entry = SwarmEntry(
+                name=s.name,
+                description=args.description or "added from an invitation",
+                bootstrap=list(inv.peers),
+                window_seconds=s.window_seconds,
+                shards=s.shards,
+                tasks=dict(s.tasks),
+                source=str(user_swarms_path()),
+            )
             path = add_user_swarm(entry)
-            print(f"added swarm '{entry.name}' ({len(entry.bootstrap)} peer(s)) to {path}; "
-                  f"join it with: sapo-node run --swarm {entry.name}")
+            print(
+                f"added swarm '{entry.name}' ({len(entry.bootstrap)} peer(s)) to {path}; "
+                f"join it with: sapo-node run --swarm {entry.name}"
+            )
             for warning in inv.warnings():
                 print(f"warning: {warning}", file=sys.stderr)
             return 0
@@ -44,7 +52,9 @@ def main(args: argparse.Namespace) -> int:
     for e in entries:
         peers = f"{len(e.bootstrap)} bootstrap peer(s)" if e.bootstrap else "no bootstrap peers"
         tasks = ", ".join(f"{k}:{v:g}" for k, v in e.tasks.items()) or "the default mix"
-        print(f"{e.name}  ({e.source})\n    {e.description}\n    {peers}; window {e.window_seconds:g} s, "
-              f"{e.shards} shards, tasks {tasks}")
+        print(
+            f"{e.name}  ({e.source})\n    {e.description}\n    {peers}; window {e.window_seconds:g} s, "
+            f"{e.shards} shards, tasks {tasks}"
+        )
     print(f"Add your own to {user_swarms_path()} (same layout), or: sapo-node swarms add <invitation>")
     return 0

@@ -36,10 +36,16 @@ def _generate(policy: Any, messages: list[dict[str, str]], max_new: int, use_ada
     model = policy.model
     ctx = model.disable_adapter() if (policy.lora and not use_adapter) else _null()
     with torch.no_grad(), ctx:
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
-                             do_sample=False, eos_token_id=list(policy.eos_ids), pad_token_id=policy.tokenizer.pad_token_id,
-                             use_cache=True)
-    return policy.decode(out[0, ids.shape[1]:].tolist()).strip()
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new,
+            do_sample=False,
+            eos_token_id=list(policy.eos_ids),
+            pad_token_id=policy.tokenizer.pad_token_id,
+            use_cache=True,
+        )
+    return policy.decode(out[0, ids.shape[1] :].tolist()).strip()
 
 
 class _null:
@@ -63,14 +69,21 @@ def answer(run_dir: Path, at_round: int | None, question: str | None, seed: int 
     tasks = TaskSet(cfg.tasks, seed=cfg.seed)
     max_new = max_new or cfg.sampler.max_new_tokens
     if question:
-        q, messages = None, ([{"role": "system", "content": cfg.tasks.system_prompt}] if cfg.tasks.system_prompt
-                             else []) + [{"role": "user", "content": question}]
+        q, messages = (
+            None,
+            ([{"role": "system", "content": cfg.tasks.system_prompt}] if cfg.tasks.system_prompt else [])
+            + [{"role": "user", "content": question}],
+        )
     else:
         seed = random.randrange(1 << 30) if seed is None else seed
         q = tasks.sample_questions(seed, 1)[0]
         messages = tasks.messages(q)
-    out: dict[str, Any] = {"question": question or q.text, "dataset": q.id.dataset if q else None,
-                           "reference": q.answer if q else None, "round": trained.round}
+    out: dict[str, Any] = {
+        "question": question or q.text,
+        "dataset": q.id.dataset if q else None,
+        "reference": q.answer if q else None,
+        "round": trained.round,
+    }
     for name, adapter in (("base", False), ("trained", True)):
         text = _generate(policy, messages, max_new, adapter)
         out[name] = {"text": text, "reward": tasks.score(q, [text])[0] if q else None}

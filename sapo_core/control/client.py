@@ -25,8 +25,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import psutil
 
@@ -108,8 +108,14 @@ class EventInbox:
 
 
 class NodeClient:
-    def __init__(self, on_event: Callable[[P.Message], None] | None = None, *, python: str | None = None,
-                 env: dict[str, str] | None = None, heartbeat_timeout: float | None = 60.0) -> None:
+    def __init__(
+        self,
+        on_event: Callable[[P.Message], None] | None = None,
+        *,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+        heartbeat_timeout: float | None = 60.0,
+    ) -> None:
         self.on_event = on_event
         self.python = python or sys.executable
         self.env = env
@@ -144,11 +150,20 @@ class NodeClient:
             kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
         else:
             kwargs["start_new_session"] = True  # the terminal's Ctrl-C is ours to handle, not the node's
-        self.proc = subprocess.Popen([self.python, "-m", "sapo_core.control.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, **kwargs)
+        self.proc = subprocess.Popen(
+            [self.python, "-m", "sapo_core.control.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            **kwargs,
+        )
         self.last_event_at = time.monotonic()
-        for target, name in ((self._read_events, "node-events"), (self._read_stderr, "node-stderr"),
-                             (self._watch_heartbeat, "node-watchdog")):
+        for target, name in (
+            (self._read_events, "node-events"),
+            (self._read_stderr, "node-stderr"),
+            (self._watch_heartbeat, "node-watchdog"),
+        ):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -157,12 +172,16 @@ class NodeClient:
             if self._hello_error:
                 raise NodeStartError(f"the node process is not one this app can talk to: {self._hello_error}")
             tail = "\n".join(list(self.stderr_tail)[-20:])
-            raise NodeStartError(f"the node process did not answer within {hello_timeout:.0f} s"
-                                 + (f"; its last output:\n{tail}" if tail else ""))
+            raise NodeStartError(
+                f"the node process did not answer within {hello_timeout:.0f} s"
+                + (f"; its last output:\n{tail}" if tail else "")
+            )
         if self.hello.protocol != P.PROTOCOL_VERSION:
             self.kill()
-            raise NodeStartError(f"the node speaks control protocol {self.hello.protocol}, this app "
-                                 f"{P.PROTOCOL_VERSION}: they come from different installs; reinstall SAPO Swarm")
+            raise NodeStartError(
+                f"the node speaks control protocol {self.hello.protocol}, this app "
+                f"{P.PROTOCOL_VERSION}: they come from different installs; reinstall SAPO Swarm"
+            )
         self.send(P.Start(config=to_dict(cfg), rounds=rounds, paused=paused))
         return self.hello
 
@@ -202,7 +221,7 @@ class NodeClient:
         if self.alive:
             self.stop()
 
-    def __enter__(self) -> "NodeClient":
+    def __enter__(self) -> NodeClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -261,12 +280,14 @@ class NodeClient:
 
     def wait_for(self, match: Callable[[P.Message], bool], timeout: float) -> P.Message:
         """Consume events until one matches; TimeoutError if none comes in time or the node exits."""
+
         def match_or_exit(ev: P.Message) -> bool:
             if match(ev):
                 return True
             if isinstance(ev, P.Exited):
                 raise TimeoutError(f"the node exited ({ev.reason}) before the awaited event")
             return False
+
         return self.inbox.wait_for(match_or_exit, timeout)
 
     def wait_state(self, *states: str, timeout: float) -> P.State:
@@ -323,10 +344,15 @@ class NodeClient:
             reason = self.state.reason if self.state else "stopped"
         else:
             reason = self._crash_reason(code, sig)
-            self.crash = CrashReport(when=time.time(), returncode=code, signal=sig, reason=reason,
-                                     last_error=self.last_error.message if self.last_error else "",
-                                     traceback=self.last_error.traceback if self.last_error else "",
-                                     stderr_tail=list(self.stderr_tail))
+            self.crash = CrashReport(
+                when=time.time(),
+                returncode=code,
+                signal=sig,
+                reason=reason,
+                last_error=self.last_error.message if self.last_error else "",
+                traceback=self.last_error.traceback if self.last_error else "",
+                stderr_tail=list(self.stderr_tail),
+            )
             if self.state is None or self.state.state != P.CRASHED:
                 self._deliver(P.State(state=P.CRASHED, reason=reason, round=self.state.round if self.state else 0))
         self.exited = P.Exited(returncode=code, signal=sig, clean=clean, reason=reason)

@@ -28,9 +28,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from sapo_core.control import protocol as P
 from sapo_core.control.throttle import DutyCycle
@@ -136,10 +137,18 @@ class Controller:
 
     def status(self, rules: dict[str, Any]) -> P.Status:
         with self._cond:
-            return P.Status(state=self.state, reason=self.reason, round=self.round, phase=self.phase,
-                            throttle=self.duty.share, threads=self.threads, rules=rules,
-                            paused_by_user=self._paused_by_user, snoozed_until=self._snooze_wall,
-                            rule_reason=self.rule_reason or "")
+            return P.Status(
+                state=self.state,
+                reason=self.reason,
+                round=self.round,
+                phase=self.phase,
+                throttle=self.duty.share,
+                threads=self.threads,
+                rules=rules,
+                paused_by_user=self._paused_by_user,
+                snoozed_until=self._snooze_wall,
+                rule_reason=self.rule_reason or "",
+            )
 
     # --- RoundHooks: called from the round -----------------------------------------------------
     def checkpoint(self) -> None:
@@ -155,8 +164,12 @@ class Controller:
             deadline = began + owed
             with self._cond:
                 share = self.duty.share
-                while (self.stop_reason is None and self._current_hold() is None and self.duty.share <= share
-                       and (left := deadline - time.monotonic()) > 0):
+                while (
+                    self.stop_reason is None
+                    and self._current_hold() is None
+                    and self.duty.share <= share
+                    and (left := deadline - time.monotonic()) > 0
+                ):
                     self._cond.wait(left)
                 # billed as long as it lasted, till this thread runs again (throttle.py)
                 self.duty.rested(time.monotonic() - began if self.duty.share == share else None)
@@ -202,8 +215,11 @@ class Controller:
             return Hold(P.PAUSED, self._user_reason)
         if self._snooze_until is not None:
             if time.monotonic() < self._snooze_until:
-                return Hold(P.SNOOZED, f"snoozed until {datetime.fromtimestamp(self._snooze_wall or 0):%H:%M}",
-                            self._snooze_wall)
+                return Hold(
+                    P.SNOOZED,
+                    f"snoozed until {datetime.fromtimestamp(self._snooze_wall or 0):%H:%M}",
+                    self._snooze_wall,
+                )
             self._snooze_until = self._snooze_wall = None
         if self.rule_reason:
             return Hold(P.PAUSED, self.rule_reason)
@@ -249,8 +265,13 @@ class Controller:
                 self.duty.rested()
             else:
                 self._publish(hold.state, hold.reason, hold.until)
-        if (hold is not None and self._native_held and not self._parked and self.state == P.PAUSING
-                and not self._watching):
+        if (
+            hold is not None
+            and self._native_held
+            and not self._parked
+            and self.state == P.PAUSING
+            and not self._watching
+        ):
             self._watching = True
             threading.Thread(target=self._watch_native_hold, name="sapo-native-hold", daemon=True).start()
         self._cond.notify_all()

@@ -12,7 +12,8 @@ Nothing changes in the computation: the hooks return None and touch no tensor.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

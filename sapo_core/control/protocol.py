@@ -49,7 +49,7 @@ class ProtocolError(ValueError):
     """A line that is not a message of this protocol version."""
 
 
-_REGISTRY: dict[str, type["Message"]] = {}
+_REGISTRY: dict[str, type[Message]] = {}
 
 
 def _message(name: str):
@@ -57,6 +57,7 @@ def _message(name: str):
         cls.type = name
         _REGISTRY[name] = cls
         return cls
+
     return register
 
 
@@ -282,8 +283,10 @@ def decode(line: bytes | str) -> Message:
         raise ProtocolError(f"not a JSON object: {line[:80]!r}")
     version = body.pop("v", None)
     if version != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {version!r}, this side speaks {PROTOCOL_VERSION}: the app and the "
-                            f"node come from different installs; reinstall SAPO Swarm")
+        raise ProtocolError(
+            f"protocol version {version!r}, this side speaks {PROTOCOL_VERSION}: the app and the "
+            f"node come from different installs; reinstall SAPO Swarm"
+        )
     name = body.pop("type", None)
     cls = _REGISTRY.get(name) if isinstance(name, str) else None
     if cls is None:
@@ -305,9 +308,46 @@ def is_event(msg: Message) -> bool:
 
 
 __all__ = [
-    "PROTOCOL_VERSION", "ProtocolError", "Message", "encode", "decode", "is_command", "is_event",
-    "Start", "Pause", "Resume", "Snooze", "SetThrottle", "SetThreads", "SetRules", "GetStatus", "Stop",
-    "Hello", "NodeInfo", "State", "RoundDone", "Progress", "Log", "Error", "Heartbeat", "Status", "Exited",
-    "STARTING", "RUNNING", "PAUSING", "PAUSED", "SNOOZED", "STOPPING", "STOPPED", "CRASHED", "STATES",
-    "HOLDING_STATES", "CRASH", "CONFIG", "COMMAND", "EXIT_OK", "EXIT_CRASH", "EXIT_CONFIG",
+    "PROTOCOL_VERSION",
+    "ProtocolError",
+    "Message",
+    "encode",
+    "decode",
+    "is_command",
+    "is_event",
+    "Start",
+    "Pause",
+    "Resume",
+    "Snooze",
+    "SetThrottle",
+    "SetThreads",
+    "SetRules",
+    "GetStatus",
+    "Stop",
+    "Hello",
+    "NodeInfo",
+    "State",
+    "RoundDone",
+    "Progress",
+    "Log",
+    "Error",
+    "Heartbeat",
+    "Status",
+    "Exited",
+    "STARTING",
+    "RUNNING",
+    "PAUSING",
+    "PAUSED",
+    "SNOOZED",
+    "STOPPING",
+    "STOPPED",
+    "CRASHED",
+    "STATES",
+    "HOLDING_STATES",
+    "CRASH",
+    "CONFIG",
+    "COMMAND",
+    "EXIT_OK",
+    "EXIT_CRASH",
+    "EXIT_CONFIG",
 ]

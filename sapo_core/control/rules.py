@@ -53,17 +53,22 @@ class Rules:
     def active(self) -> list[str]:
         """The rules switched on, by name (for the status)."""
         c = self.cfg
-        names = [("pause_on_battery", c.pause_on_battery), ("schedule", not self.schedule.always),
-                 ("max_temperature_c", c.max_temperature_c > 0), ("min_free_memory_gb", c.min_free_memory_gb > 0),
-                 ("only_when_idle", c.only_when_idle)]
+        names = [
+            ("pause_on_battery", c.pause_on_battery),
+            ("schedule", not self.schedule.always),
+            ("max_temperature_c", c.max_temperature_c > 0),
+            ("min_free_memory_gb", c.min_free_memory_gb > 0),
+            ("only_when_idle", c.only_when_idle),
+        ]
         return [n for n, on in names if on]
 
     def check(self, r: SystemReading, t: float) -> str | None:
         reasons = [self._battery(r), self._schedule(r), self._temperature(r), self._memory(r), self._idle(r, t)]
         # a rule that goes on holding keeps the words it paused with: a reading that moves (41 %, 40 %...)
         # must not turn into a stream of state changes
-        reasons = [old if (new and old and _stem(old) == _stem(new)) else new
-                   for old, new in zip(self._reasons, reasons)]
+        reasons = [
+            old if (new and old and _stem(old) == _stem(new)) else new for old, new in zip(self._reasons, reasons)
+        ]
         self._reasons = reasons
         return next((x for x in reasons if x), None)
 
@@ -91,8 +96,10 @@ class Rules:
             self._hot = False
         if not self._hot:
             return None
-        return (f"CPU at {r.temperature_c:.0f} °C, limit {limit:.0f} °C "
-                f"(resumes at {limit - TEMPERATURE_HYSTERESIS_C:.0f} °C)")
+        return (
+            f"CPU at {r.temperature_c:.0f} °C, limit {limit:.0f} °C "
+            f"(resumes at {limit - TEMPERATURE_HYSTERESIS_C:.0f} °C)"
+        )
 
     def _memory(self, r: SystemReading) -> str | None:
         limit = self.cfg.min_free_memory_gb * GB
@@ -127,8 +134,10 @@ class Rules:
             self._cpu_busy = False
         if not self._cpu_busy:
             return None
-        return (f"other programs are using the CPU ({r.other_cpu_percent:.0f} %; runs after {_duration(wait)} "
-                f"below {self.cfg.idle_cpu_percent:.0f} %)")
+        return (
+            f"other programs are using the CPU ({r.other_cpu_percent:.0f} %; runs after {_duration(wait)} "
+            f"below {self.cfg.idle_cpu_percent:.0f} %)"
+        )
 
 
 __all__ = ["Rules", "TEMPERATURE_HYSTERESIS_C", "MEMORY_HYSTERESIS_FRACTION"]

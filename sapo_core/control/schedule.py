@@ -28,8 +28,7 @@ from datetime import datetime, timedelta
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_GROUPS = {"daily": tuple(range(7)), "everyday": tuple(range(7)), "weekdays": tuple(range(5)),
-           "weekends": (5, 6)}
+_GROUPS = {"daily": tuple(range(7)), "everyday": tuple(range(7)), "weekdays": tuple(range(5)), "weekends": (5, 6)}
 WEEK_MINUTES = 7 * 24 * 60
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})$")
 _EXAMPLE = "e.g. 'mon-fri 18:00-08:00; sat-sun 00:00-24:00'"
@@ -83,8 +82,9 @@ def _day(word: str, entry: str) -> int:
         return DAY_NAMES.index(w)
     if w in _FULL:
         return _FULL.index(w)
-    raise ScheduleError(f"'{entry}': unknown day '{word.strip()}'; use {', '.join(DAY_NAMES)}, "
-                        f"daily, weekdays or weekends ({_EXAMPLE})")
+    raise ScheduleError(
+        f"'{entry}': unknown day '{word.strip()}'; use {', '.join(DAY_NAMES)}, daily, weekdays or weekends ({_EXAMPLE})"
+    )
 
 
 def _days(spec: str, entry: str) -> list[int]:
@@ -110,8 +110,9 @@ def _minutes(text: str, entry: str, end: bool) -> int:
         raise ScheduleError(f"'{entry}': '{text.strip()}' is not a time; write HH:MM, e.g. 08:00 ({_EXAMPLE})")
     h, mi = int(m.group(1)), int(m.group(2))
     if mi > 59 or h > 24 or (h == 24 and (mi or not end)):
-        raise ScheduleError(f"'{entry}': '{text.strip()}' is not a time of day; use 00:00..23:59 "
-                            f"(24:00 only as an end)")
+        raise ScheduleError(
+            f"'{entry}': '{text.strip()}' is not a time of day; use 00:00..23:59 (24:00 only as an end)"
+        )
     return h * 60 + mi
 
 
@@ -167,7 +168,7 @@ def schedule_grid(schedule: Schedule, slots_per_day: int = 24) -> SlotGrid:
     for start, end in schedule.spans:  # an end past Sunday 24:00 wraps into Monday
         for k in range(start // step, -(-end // step)):
             week[k % n] = True
-    return tuple(tuple(week[d * slots_per_day:(d + 1) * slots_per_day]) for d in range(7))
+    return tuple(tuple(week[d * slots_per_day : (d + 1) * slots_per_day]) for d in range(7))
 
 
 def fits_grid(schedule: Schedule, slots_per_day: int = 24) -> bool:
@@ -215,8 +216,10 @@ def grid_text(grid: Sequence[Sequence[bool]]) -> str:
     if all(all(r) for r in rows):
         return ""
     if not any(any(r) for r in rows):
-        raise ScheduleError("nothing is allowed, so the node would never run: allow some hours, "
-                            "or leave the schedule empty to run at any time")
+        raise ScheduleError(
+            "nothing is allowed, so the node would never run: allow some hours, "
+            "or leave the schedule empty to run at any time"
+        )
     runs = [_runs(r) for r in rows]
     # Two wordings, the shorter wins (overnight on a tie): evenings run into the next morning
     # ("mon-fri 18:00-08:00"), or each day says its own hours ("mon-fri 00:00-08:00, 18:00-24:00"
@@ -248,8 +251,13 @@ def _day_ranges(runs: list[list[tuple[int, int]]], n: int, overnight: bool) -> l
             continue
         a, room = days[d][-1][0], lead[(d + 1) % 7]
         for other in days:
-            if other and other[:-1] == days[d][:-1] and other[-1][0] == a and 0 < other[-1][1] < a \
-                    and other[-1][1] <= room:
+            if (
+                other
+                and other[:-1] == days[d][:-1]
+                and other[-1][0] == a
+                and 0 < other[-1][1] < a
+                and other[-1][1] <= room
+            ):
                 days[d][-1] = other[-1]
                 break
     return days
@@ -257,6 +265,7 @@ def _day_ranges(runs: list[list[tuple[int, int]]], n: int, overnight: bool) -> l
 
 def _render(days: list[list[tuple[int, int]]], step: int) -> str:
     """Days with the same ranges share one entry, entries in week order from Monday."""
+
     def clock(slot: int) -> str:
         return f"{slot * step // 60:02d}:{slot * step % 60:02d}"
 
@@ -272,5 +281,13 @@ def _render(days: list[list[tuple[int, int]]], step: int) -> str:
     return "; ".join(text for _, text in sorted(entries))
 
 
-__all__ = ["Schedule", "ScheduleError", "SlotGrid", "parse_schedule", "schedule_grid", "fits_grid", "grid_text",
-           "DAY_NAMES"]
+__all__ = [
+    "Schedule",
+    "ScheduleError",
+    "SlotGrid",
+    "parse_schedule",
+    "schedule_grid",
+    "fits_grid",
+    "grid_text",
+    "DAY_NAMES",
+]

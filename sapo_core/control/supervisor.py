@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from sapo_core.config import ControlConfig, NodeConfig
 from sapo_core.control import protocol as P
@@ -27,10 +27,18 @@ from sapo_core.control.client import CrashReport, EventInbox, NodeClient
 
 
 class NodeSupervisor:
-    def __init__(self, on_event: Callable[[P.Message], None] | None = None, *,
-                 client_factory: Callable[..., NodeClient] = NodeClient, backoff_first: float = 2.0,
-                 backoff_max: float = 300.0, stable_after: float = 600.0, max_restarts: int = 8,
-                 heartbeat_timeout: float | None = 60.0, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        on_event: Callable[[P.Message], None] | None = None,
+        *,
+        client_factory: Callable[..., NodeClient] = NodeClient,
+        backoff_first: float = 2.0,
+        backoff_max: float = 300.0,
+        stable_after: float = 600.0,
+        max_restarts: int = 8,
+        heartbeat_timeout: float | None = 60.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.on_event = on_event
         self.client_factory = client_factory
         self.backoff_first, self.backoff_max = backoff_first, backoff_max
@@ -115,9 +123,14 @@ class NodeSupervisor:
                 return
             delay = min(self.backoff_max, self.backoff_first * 2 ** (self.consecutive - 1))
             self.restart_at = time.time() + delay
-            self._pass_on(P.Log(level="warning", t=time.time(),
-                                message=f"node crashed: {ev.reason}; restarting in {delay:.0f} s "
-                                        f"(crash {self.consecutive} in a row)"))
+            self._pass_on(
+                P.Log(
+                    level="warning",
+                    t=time.time(),
+                    message=f"node crashed: {ev.reason}; restarting in {delay:.0f} s "
+                    f"(crash {self.consecutive} in a row)",
+                )
+            )
             self._timer = threading.Timer(delay, self._restart)
             self._timer.daemon = True
             self._timer.start()

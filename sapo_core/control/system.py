@@ -54,9 +54,15 @@ class SystemProbe:
 
     def read(self) -> SystemReading:
         plugged, percent = _battery()
-        return SystemReading(now=datetime.now(), on_battery=plugged, battery_percent=percent,
-                             idle_seconds=self._idle_seconds(), other_cpu_percent=self._other_cpu(),
-                             temperature_c=_temperature(), free_memory_bytes=psutil.virtual_memory().available)
+        return SystemReading(
+            now=datetime.now(),
+            on_battery=plugged,
+            battery_percent=percent,
+            idle_seconds=self._idle_seconds(),
+            other_cpu_percent=self._other_cpu(),
+            temperature_c=_temperature(),
+            free_memory_bytes=psutil.virtual_memory().available,
+        )
 
     def _idle_seconds(self) -> float | None:
         if self._idle_reader is None:
@@ -119,8 +125,11 @@ def _temperature() -> float | None:
         sensors = psutil.sensors_temperatures()
     except (AttributeError, NotImplementedError, OSError):
         return None  # macOS and Windows: psutil has no sensors there
-    preferred = [k for k in sensors if k in ("coretemp", "k10temp", "zenpower", "cpu_thermal", "cpu-thermal",
-                                              "acpitz", "soc_thermal")]
+    preferred = [
+        k
+        for k in sensors
+        if k in ("coretemp", "k10temp", "zenpower", "cpu_thermal", "cpu-thermal", "acpitz", "soc_thermal")
+    ]
     values = [t.current for k in (preferred or list(sensors)) for t in sensors[k] if t.current and t.current > 0]
     return max(values) if values else None
 
@@ -171,10 +180,23 @@ def _xprintidle() -> float:
 
 
 def _gnome_idle() -> float:
-    out = subprocess.run(["gdbus", "call", "--session", "--dest", "org.gnome.Mutter.IdleMonitor", "--object-path",
-                          "/org/gnome/Mutter/IdleMonitor/Core", "--method",
-                          "org.gnome.Mutter.IdleMonitor.GetIdletime"],
-                         capture_output=True, text=True, timeout=5, check=True).stdout
+    out = subprocess.run(
+        [
+            "gdbus",
+            "call",
+            "--session",
+            "--dest",
+            "org.gnome.Mutter.IdleMonitor",
+            "--object-path",
+            "/org/gnome/Mutter/IdleMonitor/Core",
+            "--method",
+            "org.gnome.Mutter.IdleMonitor.GetIdletime",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=5,
+        check=True,
+    ).stdout
     return int(out.strip("()\n ,").split()[-1].rstrip(",")) / 1000.0  # "(uint64 1234,)"
 
 
@@ -187,8 +209,14 @@ def _x11_idle_ctypes():
         return None
 
     class XScreenSaverInfo(ctypes.Structure):
-        _fields_ = [("window", ctypes.c_ulong), ("state", ctypes.c_int), ("kind", ctypes.c_int),
-                    ("til_or_since", ctypes.c_ulong), ("idle", ctypes.c_ulong), ("eventMask", ctypes.c_ulong)]
+        _fields_ = [
+            ("window", ctypes.c_ulong),
+            ("state", ctypes.c_int),
+            ("kind", ctypes.c_int),
+            ("til_or_since", ctypes.c_ulong),
+            ("idle", ctypes.c_ulong),
+            ("eventMask", ctypes.c_ulong),
+        ]
 
     x11, xss = ctypes.cdll.LoadLibrary(names[0]), ctypes.cdll.LoadLibrary(names[1])
     x11.XOpenDisplay.restype = ctypes.c_void_p

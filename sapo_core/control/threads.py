@@ -78,8 +78,9 @@ class ThreadGovernor:
     _seen: int = 0
 
     @classmethod
-    def for_config(cls, cores: int, max_cpus_percent: float, leave_cores: int, fixed: int,
-                   start: int) -> "ThreadGovernor":
+    def for_config(
+        cls, cores: int, max_cpus_percent: float, leave_cores: int, fixed: int, start: int
+    ) -> ThreadGovernor:
         limit, _ = cpu_limit(cores, max_cpus_percent, leave_cores)
         return cls(cores=cores, limit=limit, fixed=fixed, current=start)
 
@@ -120,8 +121,11 @@ class ThreadGovernor:
             self.current = self.cap
             c = self.choice()
             self.current = c.threads
-            return ThreadChoice(c.threads, f"{c.reason}: training ran at {rate:.0f} tok/s, "
-                                           f"{100 * rate / quiet:.0f} % of its {quiet:.0f} tok/s here")
+            return ThreadChoice(
+                c.threads,
+                f"{c.reason}: training ran at {rate:.0f} tok/s, "
+                f"{100 * rate / quiet:.0f} % of its {quiet:.0f} tok/s here",
+            )
         self.quiet[self.current] = max(quiet, rate)
         return None
 

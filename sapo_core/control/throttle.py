@@ -25,15 +25,16 @@ the next sleep (at most one quantum's worth, so nothing is banked for later burs
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 DEFAULT_QUANTUM = 0.1  # seconds of work between two sleeps
 MAX_SLEEP = 30.0  # a long stretch without checkpoints does not buy a minute-long stall
 
 
 class DutyCycle:
-    def __init__(self, share: float = 1.0, quantum: float = DEFAULT_QUANTUM,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, share: float = 1.0, quantum: float = DEFAULT_QUANTUM, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.quantum, self.clock = quantum, clock
         self.share = 1.0
         self.work = 0.0

@@ -87,8 +87,16 @@ class EventWriter:
 
 def _config_kind(e: BaseException) -> str:
     """Errors a restart cannot fix: the user must change the config, the run dir or the install."""
-    names = {"ConfigError", "NodeError", "ModelLoadError", "ModelUnavailable", "CatalogError", "IdentityError",
-             "StoreError", "HardwareOverrideError"}
+    names = {
+        "ConfigError",
+        "NodeError",
+        "ModelLoadError",
+        "ModelUnavailable",
+        "CatalogError",
+        "IdentityError",
+        "StoreError",
+        "HardwareOverrideError",
+    }
     return P.CONFIG if type(e).__name__ in names else P.CRASH
 
 
@@ -205,8 +213,16 @@ class Worker:
         while not self.done.wait(HEARTBEAT_SECONDS):
             self.ctl.tick()
             cpu, rss = tree_usage(me)  # the llama.cpp sampler runs in a child
-            self.writer.emit(P.Heartbeat(t=time.time(), state=self.ctl.state, round=self.ctl.round,
-                                         cpu_seconds=cpu, rss_bytes=rss, throttle=self.ctl.duty.share))
+            self.writer.emit(
+                P.Heartbeat(
+                    t=time.time(),
+                    state=self.ctl.state,
+                    round=self.ctl.round,
+                    cpu_seconds=cpu,
+                    rss_bytes=rss,
+                    throttle=self.ctl.duty.share,
+                )
+            )
 
     # --- the rounds (main thread) ------------------------------------------------------------------
     def run(self) -> int:
@@ -283,18 +299,24 @@ class Worker:
         from sapo_core.cpu import physical_cores
 
         fixed = self.ctl.threads if self.ctl.threads else cfg.sampler.threads
-        self.governor = ThreadGovernor.for_config(physical_cores(), cfg.control.max_cpus_percent,
-                                                  cfg.control.leave_cores, fixed, start)
+        self.governor = ThreadGovernor.for_config(
+            physical_cores(), cfg.control.max_cpus_percent, cfg.control.leave_cores, fixed, start
+        )
         threading.Thread(target=self.watch_threads, name="sapo-threads", daemon=True).start()
 
     def _node_info(self, node) -> P.NodeInfo:
         src = node.source
         peer = getattr(src, "node_id", "") if src is not None else ""
-        return P.NodeInfo(model_id=node.policy.model_id, sampler=node.sampler_name, run_dir=str(node.run_dir),
-                          next_round=node.next_round, peer_id="" if peer == "alone" else str(peer),
-                          node_name=str(getattr(src, "node_name", "") or ""),
-                          visible_maddrs=[str(a) for a in (getattr(src, "visible_maddrs", None) or [])],
-                          join_address=str(getattr(src, "join_address", "") or ""))
+        return P.NodeInfo(
+            model_id=node.policy.model_id,
+            sampler=node.sampler_name,
+            run_dir=str(node.run_dir),
+            next_round=node.next_round,
+            peer_id="" if peer == "alone" else str(peer),
+            node_name=str(getattr(src, "node_name", "") or ""),
+            visible_maddrs=[str(a) for a in (getattr(src, "visible_maddrs", None) or [])],
+            join_address=str(getattr(src, "join_address", "") or ""),
+        )
 
     def _close(self, node) -> None:
         try:
@@ -327,11 +349,13 @@ def main() -> int:
         package_version = version("sapo-swarm")
     except Exception:
         package_version = ""
-    writer.emit(P.Hello(protocol=P.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0],
-                        package_version=package_version))
+    writer.emit(
+        P.Hello(
+            protocol=P.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0], package_version=package_version
+        )
+    )
     worker = Worker(writer)
-    threading.Thread(target=worker.read_commands, args=(sys.stdin.buffer,), name="sapo-commands",
-                     daemon=True).start()
+    threading.Thread(target=worker.read_commands, args=(sys.stdin.buffer,), name="sapo-commands", daemon=True).start()
     try:
         code = worker.run()
     finally:

@@ -9,10 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from sapo_core.config import SamplerConfig
-from sapo_core.sampler.base import Sampler, SamplerError, SampledSequence, SamplingParams, sequence_seed
+from sapo_core.sampler.base import SampledSequence, Sampler, SamplerError, SamplingParams, sequence_seed
 
-__all__ = ["Sampler", "SamplerError", "SampledSequence", "SamplingParams", "sequence_seed", "make_sampler",
-           "make_fallback_sampler"]
+__all__ = [
+    "Sampler",
+    "SamplerError",
+    "SampledSequence",
+    "SamplingParams",
+    "sequence_seed",
+    "make_sampler",
+    "make_fallback_sampler",
+]
 
 
 def make_sampler(cfg: SamplerConfig, policy, cache_dir: Path) -> tuple[Sampler, str]:

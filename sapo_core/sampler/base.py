@@ -9,8 +9,9 @@ reproducible whatever the batch layout.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from sapo_core.hooks import RoundHooks
 
@@ -56,7 +57,7 @@ class Sampler(Protocol):
     ) -> list[list[SampledSequence]]:
         """For each prompt (token ids) and its seed, `params.n` completions."""
 
-    def sync_policy(self, policy: "Policy") -> None:
+    def sync_policy(self, policy: Policy) -> None:
         """Follow the trained policy after an update (hot-swap an adapter, reload weights)."""
 
     def set_threads(self, n: int) -> None:

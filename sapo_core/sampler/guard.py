@@ -23,7 +23,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, BinaryIO, Callable
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import msgpack
 
@@ -83,8 +84,12 @@ class WorkerProcess:
         child_env["PYTHONUNBUFFERED"] = "1"
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=child_env, bufsize=0,
+                [sys.executable, "-m", module],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=child_env,
+                bufsize=0,
             )
         except OSError as e:
             raise SamplerError(f"could not start the {label} process: {e}") from e
@@ -137,8 +142,10 @@ class WorkerProcess:
             code = self._proc.returncode
         self._stderr_thread.join(timeout=2)
         tail = " | ".join(self.stderr_tail(4)) or "nothing"
-        self._dead = (f"the {self.label} process (pid {self._proc.pid}) died during '{op}' with "
-                      f"{describe_exit(code)} ({type(cause).__name__}); it last printed: {tail}")
+        self._dead = (
+            f"the {self.label} process (pid {self._proc.pid}) died during '{op}' with "
+            f"{describe_exit(code)} ({type(cause).__name__}); it last printed: {tail}"
+        )
         return self._dead
 
     def _kill(self) -> None:

@@ -25,8 +25,9 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -48,8 +49,10 @@ _MAX_SEQS_PER_CALL = 64
 def llamacpp_available() -> tuple[bool, str]:
     """(usable, reason) without loading the native library into this process."""
     if importlib.util.find_spec("llama_cpp") is None:
-        return False, ("llama-cpp-python is not installed (the installer builds it with portable CPU flags; "
-                       "or pip install llama-cpp-python)")
+        return False, (
+            "llama-cpp-python is not installed (the installer builds it with portable CPU flags; "
+            "or pip install llama-cpp-python)"
+        )
     try:
         version = importlib.metadata.version("llama_cpp_python")
     except importlib.metadata.PackageNotFoundError:
@@ -89,8 +92,17 @@ def _remove_orphan_sessions(work_dir: Path) -> None:
 class LlamaCppSampler:
     name = "llamacpp"
 
-    def __init__(self, worker: WorkerProcess, cfg: SamplerConfig, work_dir: Path, session_dir: Path,
-                 template: Path, arch: str, eos_ids: tuple[int, ...], info: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        worker: WorkerProcess,
+        cfg: SamplerConfig,
+        work_dir: Path,
+        session_dir: Path,
+        template: Path,
+        arch: str,
+        eos_ids: tuple[int, ...],
+        info: dict[str, Any],
+    ) -> None:
         self._worker = worker
         self._cfg = cfg
         self._work_dir = work_dir
@@ -102,13 +114,21 @@ class LlamaCppSampler:
         self.synced_version: int | None = None
         self.adapter_path: Path | None = None
         self.last_sync_seconds = 0.0
-        self.stats = {"calls": 0, "steps": 0, "tokens": 0, "seconds": 0.0, "prefill_seconds": 0.0,
-                      "prompt_tokens": 0, "shared_prompt_tokens": 0}
+        self.stats = {
+            "calls": 0,
+            "steps": 0,
+            "tokens": 0,
+            "seconds": 0.0,
+            "prefill_seconds": 0.0,
+            "prompt_tokens": 0,
+            "shared_prompt_tokens": 0,
+        }
 
     # --- construction -----------------------------------------------------------------
     @classmethod
-    def create(cls, policy: "Policy", cfg: SamplerConfig, cache_dir: Path,
-               template_gguf: Path | None = None) -> "LlamaCppSampler":
+    def create(
+        cls, policy: Policy, cfg: SamplerConfig, cache_dir: Path, template_gguf: Path | None = None
+    ) -> LlamaCppSampler:
         """Start the worker, load the policy's GGUF (re-quantized per `cfg.quantization`), smoke-test
         one decode, and sync the policy. A policy without a GGUF (`tiny-random`) is exported in
         full, with the tokenizer metadata of `template_gguf`. Raises `SamplerError`."""
@@ -166,20 +186,22 @@ class LlamaCppSampler:
                     old.unlink(missing_ok=True)
         return {"path": str(source), "threads": threads, "quantize_to": str(target), "ftype": kind}
 
-    def _smoke_test(self, policy: "Policy") -> None:
+    def _smoke_test(self, policy: Policy) -> None:
         """Two tokens on two sequences: a build that crashes at its first decode fails here, at
         start-up, where the node can still choose transformers (AMX: docs/environment.md,
         'llama.cpp build flags')."""
         bos = policy.tokenizer.bos_token_id if policy.tokenizer.bos_token_id is not None else 0
-        self._worker.call("start", prompts=[[int(bos)] * 4], seeds=[0], n=2, max_new_tokens=2,
-                          temperature=1.0, top_p=1.0, stop_ids=[])
+        self._worker.call(
+            "start", prompts=[[int(bos)] * 4], seeds=[0], n=2, max_new_tokens=2, temperature=1.0, top_p=1.0, stop_ids=[]
+        )
         while self._worker.call("step")["live"]:
             pass
         self._worker.call("collect")
 
     # --- the Sampler protocol ---------------------------------------------------------
-    def sample(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams,
-               hooks: RoundHooks) -> list[list[SampledSequence]]:
+    def sample(
+        self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams, hooks: RoundHooks
+    ) -> list[list[SampledSequence]]:
         if len(prompts) != len(seeds):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
         max_seqs = min(_MAX_SEQS_PER_CALL, int(self.info.get("max_sequences", _MAX_SEQS_PER_CALL)))
@@ -191,20 +213,36 @@ class LlamaCppSampler:
         out: list[list[SampledSequence]] = []
         t0 = time.perf_counter()
         for start in range(0, len(prompts), per_call):
-            out.extend(self._sample_chunk(prompts[start : start + per_call], seeds[start : start + per_call],
-                                          params, stop, hooks, total))
+            out.extend(
+                self._sample_chunk(
+                    prompts[start : start + per_call], seeds[start : start + per_call], params, stop, hooks, total
+                )
+            )
         self.stats["calls"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
         self.stats["tokens"] += sum(len(s.token_ids) for g in out for s in g)
         return out
 
-    def _sample_chunk(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams,
-                      stop: list[int], hooks: RoundHooks, total: int) -> list[list[SampledSequence]]:
+    def _sample_chunk(
+        self,
+        prompts: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        params: SamplingParams,
+        stop: list[int],
+        hooks: RoundHooks,
+        total: int,
+    ) -> list[list[SampledSequence]]:
         t0 = time.perf_counter()
         started = self._worker.call(
-            "start", prompts=[[int(t) for t in p] for p in prompts], seeds=[int(s) for s in seeds], n=params.n,
-            max_new_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-            stop_ids=stop)
+            "start",
+            prompts=[[int(t) for t in p] for p in prompts],
+            seeds=[int(s) for s in seeds],
+            n=params.n,
+            max_new_tokens=params.max_new_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            stop_ids=stop,
+        )
         live = started["live"]
         self.stats["prefill_seconds"] += time.perf_counter() - t0
         self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
@@ -222,10 +260,15 @@ class LlamaCppSampler:
                 self._worker.call("abort")
             raise
         groups = self._worker.call("collect")["results"]
-        return [[SampledSequence(token_ids=list(toks), logprobs=[float(x) for x in lps], finished=bool(fin))
-                 for toks, lps, fin in group] for group in groups]
+        return [
+            [
+                SampledSequence(token_ids=list(toks), logprobs=[float(x) for x in lps], finished=bool(fin))
+                for toks, lps, fin in group
+            ]
+            for group in groups
+        ]
 
-    def sync_policy(self, policy: "Policy") -> None:
+    def sync_policy(self, policy: Policy) -> None:
         """Export what the trainer changed and swap it in; nothing when the version is the same."""
         from sapo_core.sampler.lora_gguf import ExportError, export_full_gguf, export_lora_adapter, lora_is_zero
 
@@ -248,8 +291,9 @@ class LlamaCppSampler:
             else:  # full fine-tuning: new weights, a new model (the context is rebuilt on next use)
                 path = self._session_dir / f"full-v{policy.version}.f32.gguf"
                 export_full_gguf(policy.model, self._template, path)
-                self.info = self._worker.call("load", **self._load_args(path, self._cfg, self._work_dir,
-                                                                         self._session_dir))
+                self.info = self._worker.call(
+                    "load", **self._load_args(path, self._cfg, self._work_dir, self._session_dir)
+                )
                 self._prune_session()
         except (ExportError, OSError) as e:
             raise SamplerError(f"could not export the policy for llama.cpp: {e}") from e
@@ -308,8 +352,9 @@ def logprob_drift(sampler_logprobs: Sequence[Sequence[float]], trainer_logprobs:
     return total / n if n else float("nan")
 
 
-def trainer_logprobs(policy: "Policy", prompt: Sequence[int], completions: Sequence[Sequence[int]],
-                     temperature: float = 1.0) -> list[list[float]]:
+def trainer_logprobs(
+    policy: Policy, prompt: Sequence[int], completions: Sequence[Sequence[int]], temperature: float = 1.0
+) -> list[list[float]]:
     """log p(token) of each completion token under the policy's model in transformers (tests, bench)."""
     import torch
 

@@ -130,10 +130,14 @@ class Engine:
         self.model, self.model_path = model, use
         self.vocab = L.llama_model_get_vocab(model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
-        return {"model_path": use, "n_vocab": self.n_vocab, "gpu_offload": gpu,
-                "n_ctx_train": L.llama_model_n_ctx_train(model),
-                "max_sequences": int(L.llama_max_parallel_sequences()),
-                "system_info": L.llama_print_system_info().decode("utf-8", "replace").strip()}
+        return {
+            "model_path": use,
+            "n_vocab": self.n_vocab,
+            "gpu_offload": gpu,
+            "n_ctx_train": L.llama_model_n_ctx_train(model),
+            "max_sequences": int(L.llama_max_parallel_sequences()),
+            "system_info": L.llama_print_system_info().decode("utf-8", "replace").strip(),
+        }
 
     def _free_context(self) -> None:
         if self.batch is not None:
@@ -177,8 +181,10 @@ class Engine:
         cparams.no_perf = True
         ctx = L.llama_init_from_model(self.model, cparams)
         if not ctx:
-            raise RuntimeError(f"llama.cpp could not make a context of {n_ctx} tokens x {n_seq} sequences "
-                               "(out of memory?); lower sampler.group_size or round.local_groups")
+            raise RuntimeError(
+                f"llama.cpp could not make a context of {n_ctx} tokens x {n_seq} sequences "
+                "(out of memory?); lower sampler.group_size or round.local_groups"
+            )
         self.ctx, self.n_ctx, self.n_seq_ctx, self.kv_unified = ctx, n_ctx, n_seq, unified
         self.batch_cap = max(_PREFILL_CHUNK, n_seq)
         self.batch = L.llama_batch_init(self.batch_cap, 0, 1)
@@ -222,10 +228,16 @@ class Engine:
         return {}
 
     def op_status(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "adapter_path": self.adapter_path, "threads": self.threads,
-                "ctx_threads": int(L.llama_n_threads(self.ctx)) if self.ctx is not None else None,
-                "n_ctx": self.n_ctx, "n_seq_max": self.n_seq_ctx, "kv_unified": self.kv_unified,
-                "pid": os.getpid()}
+        return {
+            "model_path": self.model_path,
+            "adapter_path": self.adapter_path,
+            "threads": self.threads,
+            "ctx_threads": int(L.llama_n_threads(self.ctx)) if self.ctx is not None else None,
+            "n_ctx": self.n_ctx,
+            "n_seq_max": self.n_seq_ctx,
+            "kv_unified": self.kv_unified,
+            "pid": os.getpid(),
+        }
 
     def op_ping(self) -> dict[str, Any]:
         return {}
@@ -251,8 +263,16 @@ class Engine:
         ptr = L.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
 
-    def op_start(self, prompts: list[list[int]], seeds: list[int], n: int, max_new_tokens: int,
-                 temperature: float, top_p: float, stop_ids: list[int]) -> dict[str, Any]:
+    def op_start(
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stop_ids: list[int],
+    ) -> dict[str, Any]:
         """Decode the prompts, share each with its n sequences, draw every first token."""
         if self.model is None:
             raise RuntimeError("no model loaded")
@@ -265,8 +285,14 @@ class Engine:
         self._ensure_context([len(p) for p in prompts], n, max_new_tokens)
         mem = L.llama_get_memory(self.ctx)
         L.llama_memory_clear(mem, True)
-        self.params = {"n": n, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
-                       "stop": set(stop_ids), "n_prompts": len(prompts)}
+        self.params = {
+            "n": n,
+            "max_new_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "stop": set(stop_ids),
+            "n_prompts": len(prompts),
+        }
         self.seqs = []
         first = np.empty((n_seqs, self.n_vocab), dtype=np.float32)
         self.shared_tokens = 0

@@ -319,8 +319,11 @@ def export_full_gguf(model: Any, template: Path, path: Path) -> None:
         w = t.detach().to("cpu", torch.float32).numpy()
         tensors[name] = np.ascontiguousarray(_maybe_permute(name, w, arch, n_head, n_kv, None))
     hparams = _hparams(config, arch)
-    overridden = {k for k, _, _ in hparams} | {gguf.Keys.General.ARCHITECTURE, gguf.Keys.General.FILE_TYPE,
-                                               gguf.Keys.General.ALIGNMENT}
+    overridden = {k for k, _, _ in hparams} | {
+        gguf.Keys.General.ARCHITECTURE,
+        gguf.Keys.General.FILE_TYPE,
+        gguf.Keys.General.ALIGNMENT,
+    }
 
     def write(tmp: Path) -> None:
         w = gguf.GGUFWriter(tmp, arch)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from sapo_core.config import SamplerConfig
 from sapo_core.hooks import RoundHooks
@@ -33,8 +34,9 @@ DRIFT_LIMIT = 0.05
 
 
 class ResilientSampler:
-    def __init__(self, cfg: SamplerConfig, policy: Any, cache_dir: Path, inner: Sampler | None = None,
-                 reason: str = "") -> None:
+    def __init__(
+        self, cfg: SamplerConfig, policy: Any, cache_dir: Path, inner: Sampler | None = None, reason: str = ""
+    ) -> None:
         """`inner`: a sampler made by the caller (else `make_sampler` builds the configured one)."""
         self.cfg, self.policy, self.cache_dir = cfg, policy, cache_dir
         if inner is None:
@@ -46,8 +48,9 @@ class ResilientSampler:
     def name(self) -> str:
         return self.inner.name
 
-    def sample(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams,
-               hooks: RoundHooks) -> list[list[SampledSequence]]:
+    def sample(
+        self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams, hooks: RoundHooks
+    ) -> list[list[SampledSequence]]:
         try:
             return self.inner.sample(prompts, seeds, params, hooks)
         except SamplerError as e:
@@ -67,12 +70,16 @@ class ResilientSampler:
         if drift is None or not drift > DRIFT_LIMIT or self.inner.name != "llamacpp":
             return False
         if self.cfg.quantization == "f16":
-            log.warning(f"sampler log-probs drift {drift:.3f} nats/token from the trainer's "
-                        f"(limit {DRIFT_LIMIT}) even on the F16 export")
+            log.warning(
+                f"sampler log-probs drift {drift:.3f} nats/token from the trainer's "
+                f"(limit {DRIFT_LIMIT}) even on the F16 export"
+            )
             return False
-        log.warning(f"sampler log-probs drift {drift:.3f} nats/token from the trainer's (limit "
-                    f"{DRIFT_LIMIT}) with sampler.quantization = {self.cfg.quantization}: "
-                    "switching to the F16 export (set sampler.quantization = \"f16\" to keep it)")
+        log.warning(
+            f"sampler log-probs drift {drift:.3f} nats/token from the trainer's (limit "
+            f"{DRIFT_LIMIT}) with sampler.quantization = {self.cfg.quantization}: "
+            'switching to the F16 export (set sampler.quantization = "f16" to keep it)'
+        )
         f16 = dataclasses.replace(self.cfg, quantization="f16")
         try:
             inner, reason = make_sampler(f16, self.policy, self.cache_dir)

@@ -12,7 +12,7 @@ One uniform number per token, inverse-CDF over the vocabulary in token-id order.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

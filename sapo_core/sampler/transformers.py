@@ -12,7 +12,7 @@ seeds each sequence on its own).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -41,17 +41,20 @@ class TransformersSampler:
         self.policy = policy
         self.max_batch_sequences = max_batch_sequences
 
-    def sample(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams,
-               hooks: RoundHooks) -> list[list[SampledSequence]]:
+    def sample(
+        self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams, hooks: RoundHooks
+    ) -> list[list[SampledSequence]]:
         per_call = max(1, self.max_batch_sequences // params.n)
         out: list[list[SampledSequence]] = []
         for start in range(0, len(prompts), per_call):
-            out.extend(self._sample_batch(prompts[start : start + per_call], seeds[start : start + per_call],
-                                          params, hooks))
+            out.extend(
+                self._sample_batch(prompts[start : start + per_call], seeds[start : start + per_call], params, hooks)
+            )
         return out
 
-    def _sample_batch(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams,
-                      hooks: RoundHooks) -> list[list[SampledSequence]]:
+    def _sample_batch(
+        self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams, hooks: RoundHooks
+    ) -> list[list[SampledSequence]]:
         from transformers import StoppingCriteriaList
 
         model, tok = self.policy.model, self.policy.tokenizer
@@ -68,18 +71,33 @@ class TransformersSampler:
         model.eval()
         with torch.inference_mode():
             gen = model.generate(
-                input_ids=ids, attention_mask=att, do_sample=True, temperature=params.temperature,
-                top_p=params.top_p, top_k=0, max_new_tokens=params.max_new_tokens,
-                num_return_sequences=params.n, eos_token_id=eos, pad_token_id=pad,
-                output_scores=True, return_dict_in_generate=True, use_cache=True,
-                stopping_criteria=StoppingCriteriaList([_CheckpointCriteria(hooks, len(prompts) * params.n
-                                                                           * params.max_new_tokens)]),
+                input_ids=ids,
+                attention_mask=att,
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=0,
+                max_new_tokens=params.max_new_tokens,
+                num_return_sequences=params.n,
+                eos_token_id=eos,
+                pad_token_id=pad,
+                output_scores=True,
+                return_dict_in_generate=True,
+                use_cache=True,
+                stopping_criteria=StoppingCriteriaList(
+                    [_CheckpointCriteria(hooks, len(prompts) * params.n * params.max_new_tokens)]
+                ),
             )
         new = gen.sequences[:, width:]  # (P*G, T)
         steps = len(gen.scores)
         # one step at a time: (P*G, T, V) log-probs at once would be GBs
-        picked = torch.stack([torch.log_softmax(sc.float(), dim=-1).gather(1, new[:, t : t + 1]).squeeze(1)
-                              for t, sc in enumerate(gen.scores)], dim=1)  # (P*G, T)
+        picked = torch.stack(
+            [
+                torch.log_softmax(sc.float(), dim=-1).gather(1, new[:, t : t + 1]).squeeze(1)
+                for t, sc in enumerate(gen.scores)
+            ],
+            dim=1,
+        )  # (P*G, T)
         out: list[list[SampledSequence]] = []
         eos_set = set(eos)
         for i in range(len(prompts)):

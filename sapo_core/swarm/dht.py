@@ -25,8 +25,9 @@ import asyncio
 import dataclasses
 import logging
 import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from sapo_core.config import SwarmConfig
 from sapo_core.swarm.identity import NodeIdentity
@@ -48,8 +49,9 @@ class SwarmTimeout(TimeoutError):
 class SwarmDHT:
     """Owns the event loop thread, the DHTNode (and its p2pd child) and the rejoin task."""
 
-    def __init__(self, cfg: SwarmConfig, identity: NodeIdentity, keyspace: KeySpace,
-                 dht_rejections: ReasonCounter) -> None:
+    def __init__(
+        self, cfg: SwarmConfig, identity: NodeIdentity, keyspace: KeySpace, dht_rejections: ReasonCounter
+    ) -> None:
         self.cfg = cfg
         self.identity = identity
         self.keyspace = keyspace
@@ -84,8 +86,10 @@ class SwarmDHT:
             self._call(self._create(), timeout=budget)
         except SwarmTimeout:
             self.close()
-            raise SwarmError(f"the DHT did not start within {self.cfg.start_timeout:.0f} s; is the "
-                             f"machine overloaded? Raise swarm.start_timeout or retry") from None
+            raise SwarmError(
+                f"the DHT did not start within {self.cfg.start_timeout:.0f} s; is the "
+                f"machine overloaded? Raise swarm.start_timeout or retry"
+            ) from None
         except Exception as e:
             self.close()
             text = str(e)
@@ -93,7 +97,8 @@ class SwarmDHT:
                 raise SwarmError(
                     f"another running node already uses the identity {self.identity.path} "
                     f"({self.identity.name}). Stop it, or give this node its own identity "
-                    f"(swarm.identity_path)") from None
+                    f"(swarm.identity_path)"
+                ) from None
             raise SwarmError(f"the swarm's DHT did not start: {type(e).__name__}: {e}") from None
 
     async def _create(self) -> None:
@@ -104,8 +109,7 @@ class SwarmDHT:
         from sapo_core.logs import adopt_library_loggers
 
         adopt_library_loggers()  # hivemind's records reach the Log tab, not its own stderr handler
-        validator = CompositeValidator(make_validators(self._hivemind_key, self.keyspace,
-                                                       self.dht_rejections))
+        validator = CompositeValidator(make_validators(self._hivemind_key, self.keyspace, self.dht_rejections))
         kwargs: dict[str, Any] = dict(
             node_id=DHTID.generate(source=self.identity.peer_id),  # stable across restarts, as the peer id
             initial_peers=list(self.cfg.initial_peers) or None,
@@ -135,21 +139,31 @@ class SwarmDHT:
         self._node = await self._create_joined(DHTNode, kwargs)
         await self._refresh_maddrs()
         if self.client_mode:
-            self.reachability = Reachability(UNREACHABLE, relayed=self._relayed(), detail=(
-                "this node listens on no address" if not self.cfg.host_maddrs
-                else "set by swarm.reachability or swarm.client_mode"))
+            self.reachability = Reachability(
+                UNREACHABLE,
+                relayed=self._relayed(),
+                detail=(
+                    "this node listens on no address"
+                    if not self.cfg.host_maddrs
+                    else "set by swarm.reachability or swarm.client_mode"
+                ),
+            )
         elif self.num_peers() > 0:
             await self._check_reachability()
-            if (self.reachability.status == UNREACHABLE and not self.client_mode
-                    and self.cfg.reachability == "auto"):
-                log.warning(f"swarm: peers cannot dial this node ({self.reachability.detail}); "
-                            f"restarting it as a DHT client")
+            if self.reachability.status == UNREACHABLE and not self.client_mode and self.cfg.reachability == "auto":
+                log.warning(
+                    f"swarm: peers cannot dial this node ({self.reachability.detail}); restarting it as a DHT client"
+                )
                 await self._node.shutdown()
                 self.client_mode = True
                 # a fresh DHT id: peers still list the server we were under the old one, and a
                 # search that returns the searcher's own id trips an assertion in hivemind
-                kwargs.update(client_mode=True, force_reachability="private", check_if_identity_free=False,
-                              node_id=DHTID.generate())
+                kwargs.update(
+                    client_mode=True,
+                    force_reachability="private",
+                    check_if_identity_free=False,
+                    node_id=DHTID.generate(),
+                )
                 self._node = await self._create_joined(DHTNode, kwargs)
                 await self._refresh_maddrs()
                 self.reachability = dataclasses.replace(self.reachability, relayed=self._relayed())
@@ -167,11 +181,15 @@ class SwarmDHT:
             from sapo_core.swarm.reachability import is_private
 
             address = self.best_maddr()
-            log.info(f"hosting a new swarm '{self.cfg.swarm_name}'; others join with "
-                     f"--initial-peers {address or '(no address found)'}")
+            log.info(
+                f"hosting a new swarm '{self.cfg.swarm_name}'; others join with "
+                f"--initial-peers {address or '(no address found)'}"
+            )
             if address and is_private(address):
-                log.warning("swarm: that address is private: only computers on this network can "
-                            "join through it (docs/swarm.md, Joining)")
+                log.warning(
+                    "swarm: that address is private: only computers on this network can "
+                    "join through it (docs/swarm.md, Joining)"
+                )
 
     async def _create_joined(self, node_cls: Any, kwargs: dict[str, Any]) -> Any:
         """DHTNode.create with the initial peers, retried with backoff; alone if none answers.
@@ -192,13 +210,17 @@ class SwarmDHT:
                     return node
                 await node.shutdown()
             if attempt < self.cfg.join_attempts:
-                log.warning(f"no peer answered at {peers} (attempt {attempt}/{self.cfg.join_attempts}); "
-                            f"retrying in {delay:.0f} s")
+                log.warning(
+                    f"no peer answered at {peers} (attempt {attempt}/{self.cfg.join_attempts}); "
+                    f"retrying in {delay:.0f} s"
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.cfg.rejoin_max_seconds)
         if self.cfg.initial_peers:
-            log.warning(f"no peer answered at {peers}: check the address and that the peer is running. "
-                        f"Training alone meanwhile; retrying with backoff")
+            log.warning(
+                f"no peer answered at {peers}: check the address and that the peer is running. "
+                f"Training alone meanwhile; retrying with backoff"
+            )
         alone = dict(kwargs, initial_peers=None, check_if_identity_free=False)
         return await node_cls.create(**alone)
 
@@ -238,8 +260,7 @@ class SwarmDHT:
                     log.info(f"swarm: {self.reachability.words()}")
 
     async def _start_discovery(self) -> None:
-        from sapo_core.swarm.discovery import (DiscoveryError, LanDiscovery, addresses_to_announce,
-                                               discovery_interfaces)
+        from sapo_core.swarm.discovery import DiscoveryError, LanDiscovery, addresses_to_announce, discovery_interfaces
 
         loop = asyncio.get_running_loop()
 
@@ -250,9 +271,13 @@ class SwarmDHT:
         if interfaces is None:
             return  # listening on loopback only: see discovery_interfaces
         try:
-            self.discovery = LanDiscovery(self.cfg.swarm_name, self.identity.peer_id,
-                                          addresses_to_announce(self.visible_maddrs, interfaces), found,
-                                          interfaces=interfaces)
+            self.discovery = LanDiscovery(
+                self.cfg.swarm_name,
+                self.identity.peer_id,
+                addresses_to_announce(self.visible_maddrs, interfaces),
+                found,
+                interfaces=interfaces,
+            )
             await loop.run_in_executor(None, self.discovery.start)
         except DiscoveryError as e:
             self.discovery = None
@@ -278,9 +303,12 @@ class SwarmDHT:
     def figures(self) -> dict[str, float]:
         """This node's joining state for the round's metrics (the app's Swarm tab reads them)."""
         r = self.reachability
-        return {"swarm/reachable": {REACHABLE: 1.0, UNREACHABLE: 0.0}.get(r.status, -1.0),
-                "swarm/relayed": float(self._relayed()), "swarm/client_mode": float(self.client_mode),
-                "swarm/lan_peers": float(len(self.lan_peers))}
+        return {
+            "swarm/reachable": {REACHABLE: 1.0, UNREACHABLE: 0.0}.get(r.status, -1.0),
+            "swarm/relayed": float(self._relayed()),
+            "swarm/client_mode": float(self.client_mode),
+            "swarm/lan_peers": float(len(self.lan_peers)),
+        }
 
     @staticmethod
     def num_peers_of(node: Any) -> int:
@@ -306,8 +334,9 @@ class SwarmDHT:
         from hivemind.utils.multiaddr import Multiaddr
 
         peer = PeerID.from_base58(peer_id)
-        await asyncio.wait_for(self._node.p2p._client.connect(peer, [Multiaddr(m) for m in transports]),
-                               self.cfg.rpc_timeout)
+        await asyncio.wait_for(
+            self._node.p2p._client.connect(peer, [Multiaddr(m) for m in transports]), self.cfg.rpc_timeout
+        )
         if await self._node.protocol.call_ping(peer) is None:
             return False
         await asyncio.wait_for(self._node.find_nearest_nodes([self._node.node_id]), self.cfg.join_timeout)
@@ -395,16 +424,16 @@ class SwarmDHT:
 
         subkey = owner_tag(self._hivemind_key.get_public_key().to_bytes())
         keys = [k for k, _, _ in items]
-        ok = await self._node.store_many(keys, [v for _, v, _ in items], [e for _, _, e in items],
-                                         subkeys=[subkey] * len(items))
+        ok = await self._node.store_many(
+            keys, [v for _, v, _ in items], [e for _, _, e in items], subkeys=[subkey] * len(items)
+        )
         return {k: bool(ok.get((k, subkey), False)) for k in keys}
 
     def store(self, items: Sequence[tuple[str, bytes, float]], timeout: float) -> dict[str, bool]:
         """Store (key, payload, expiration) items under our owner subkey; key -> stored somewhere."""
         return self._call(self._store(items), timeout)
 
-    def store_periodically(self, interval: float,
-                           make_items: Callable[[], Sequence[tuple[str, bytes, float]]]) -> None:
+    def store_periodically(self, interval: float, make_items: Callable[[], Sequence[tuple[str, bytes, float]]]) -> None:
         """Every `interval` s, store what `make_items()` (run in the DHT thread) returns, if anything."""
 
         async def loop() -> None:
@@ -416,9 +445,11 @@ class SwarmDHT:
                         await asyncio.wait_for(self._store(items), self.cfg.publish_timeout)
                 except asyncio.CancelledError:
                     raise
-                except asyncio.TimeoutError:
-                    log.warning(f"swarm: re-publishing took over {self.cfg.publish_timeout:.0f} s; "
-                                f"the next round publishes anew")
+                except TimeoutError:
+                    log.warning(
+                        f"swarm: re-publishing took over {self.cfg.publish_timeout:.0f} s; "
+                        f"the next round publishes anew"
+                    )
                 except Exception as e:  # the next round publishes anew anyway
                     log.warning(f"swarm: re-publishing failed: {type(e).__name__}: {e}")
 
@@ -427,8 +458,13 @@ class SwarmDHT:
 
         self._loop.call_soon_threadsafe(schedule)
 
-    def get_many(self, keys: Sequence[str], timeout: float, newer_than: Mapping[str, float] | None = None,
-                 beam_size: int | None = None) -> dict[str, dict[bytes, tuple[bytes, float]]]:
+    def get_many(
+        self,
+        keys: Sequence[str],
+        timeout: float,
+        newer_than: Mapping[str, float] | None = None,
+        beam_size: int | None = None,
+    ) -> dict[str, dict[bytes, tuple[bytes, float]]]:
         """key -> {owner subkey: (payload, expiration)} for keys found within `timeout`.
 
         A key in `newer_than` is searched until a value expiring at or after that time turns up
@@ -449,8 +485,11 @@ class SwarmDHT:
         async def run() -> dict[str, dict[bytes, tuple[bytes, float]]]:
             futures: dict[str, Any] = {}
             for sufficient, group in by_time.items():
-                futures.update(await self._node.get_many(group, sufficient_expiration_time=sufficient,
-                                                         return_futures=True, **extra))
+                futures.update(
+                    await self._node.get_many(
+                        group, sufficient_expiration_time=sufficient, return_futures=True, **extra
+                    )
+                )
             _, pending = await asyncio.wait(list(futures.values()), timeout=timeout)
             for f in pending:
                 f.cancel()
@@ -461,8 +500,9 @@ class SwarmDHT:
                 item = future.result()
                 if item is None or not isinstance(item.value, dict):
                     continue
-                out[key] = {sub: (v.value, v.expiration_time) for sub, v in item.value.items()
-                            if isinstance(v.value, bytes)}
+                out[key] = {
+                    sub: (v.value, v.expiration_time) for sub, v in item.value.items() if isinstance(v.value, bytes)
+                }
             return out
 
         return self._call(run(), timeout + 5)

@@ -14,7 +14,8 @@ use loopback only).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sapo_core.config import SwarmConfig
@@ -38,8 +39,9 @@ def announcement(swarm: str, peer_id: str, maddrs: Sequence[str]) -> dict[str, s
     return props
 
 
-def parse_announcement(props: Mapping[bytes | str, bytes | str | None], swarm: str,
-                       own_peer_id: str) -> tuple[str, list[str]] | None:
+def parse_announcement(
+    props: Mapping[bytes | str, bytes | str | None], swarm: str, own_peer_id: str
+) -> tuple[str, list[str]] | None:
     """(peer id, multiaddrs) of a node of `swarm` other than us; None for anything else."""
 
     def text(key: str) -> str:
@@ -59,13 +61,17 @@ def parse_announcement(props: Mapping[bytes | str, bytes | str | None], swarm: s
     addrs = []
     for i in range(MAX_ADDRS):
         m = text(f"a{i}")
-        if (m.startswith("/") and len(m) <= MAX_MADDR_CHARS and "p2p-circuit" not in m
-                and all(c.isalnum() or c in "/.:-_" for c in m)):
+        if (
+            m.startswith("/")
+            and len(m) <= MAX_MADDR_CHARS
+            and "p2p-circuit" not in m
+            and all(c.isalnum() or c in "/.:-_" for c in m)
+        ):
             addrs.append(m.split("/p2p/")[0])  # the transport part; the peer id is given separately
     return (peer, addrs) if addrs else None
 
 
-def discovery_interfaces(cfg: "SwarmConfig") -> list[str] | None:
+def discovery_interfaces(cfg: SwarmConfig) -> list[str] | None:
     """Where mDNS runs: `swarm.lan_interfaces` if given, else the interfaces the node listens on;
     [] means all (listening on 0.0.0.0 or nowhere); None means nowhere: a node listening on
     loopback only is a test or an experiment on one machine, and must not meet other processes'
@@ -95,8 +101,9 @@ def _instance_name(swarm: str, peer_id: str) -> str:
 class LanDiscovery:
     """Announce this node and browse for others of the same swarm until `close()`."""
 
-    def __init__(self, swarm: str, peer_id: str, maddrs: Sequence[str], on_found: FoundFn,
-                 interfaces: Sequence[str] = ()) -> None:
+    def __init__(
+        self, swarm: str, peer_id: str, maddrs: Sequence[str], on_found: FoundFn, interfaces: Sequence[str] = ()
+    ) -> None:
         self.swarm, self.peer_id, self.maddrs = swarm, peer_id, list(maddrs)
         self.on_found = on_found
         self.interfaces = list(interfaces)
@@ -123,9 +130,12 @@ class LanDiscovery:
             import ipaddress
 
             self._info = ServiceInfo(
-                SERVICE_TYPE, _instance_name(self.swarm, self.peer_id), port=tcp_ports(tcp)[0],
+                SERVICE_TYPE,
+                _instance_name(self.swarm, self.peer_id),
+                port=tcp_ports(tcp)[0],
                 addresses=[ipaddress.ip_address(ip).packed for ip in ips],
-                properties=announcement(self.swarm, self.peer_id, tcp))
+                properties=announcement(self.swarm, self.peer_id, tcp),
+            )
             try:
                 self._zc.register_service(self._info, allow_name_change=True)
             except Exception as e:  # noqa: BLE001 - zeroconf raises several kinds; none is fatal
@@ -167,5 +177,12 @@ class LanDiscovery:
             zc.close()
 
 
-__all__ = ["LanDiscovery", "DiscoveryError", "announcement", "parse_announcement", "discovery_interfaces", "addresses_to_announce",
-           "SERVICE_TYPE"]
+__all__ = [
+    "LanDiscovery",
+    "DiscoveryError",
+    "announcement",
+    "parse_announcement",
+    "discovery_interfaces",
+    "addresses_to_announce",
+    "SERVICE_TYPE",
+]

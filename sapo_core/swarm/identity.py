@@ -74,7 +74,7 @@ def _parse_key_protobuf(blob: bytes) -> bytes:
             if tag == 0x08:
                 key_type = value
             elif tag == 0x12:
-                data = blob[pos:pos + value]
+                data = blob[pos : pos + value]
                 if len(data) != value:
                     raise IndexError
                 pos += value
@@ -114,22 +114,136 @@ def peer_id_of_ssh_key(ssh_public_key: bytes) -> str:
 # --- readable names ---------------------------------------------------------------------------
 
 _ADJECTIVES = (
-    "agile", "amber", "bold", "brave", "bright", "calm", "clever", "coral", "crisp", "curious",
-    "daring", "deft", "eager", "fierce", "gentle", "glad", "golden", "grand", "hardy", "humble",
-    "jolly", "keen", "kind", "lively", "lucky", "merry", "mighty", "nimble", "noble", "patient",
-    "plucky", "polite", "proud", "quick", "quiet", "rapid", "rare", "ready", "rosy", "rustic",
-    "shy", "silent", "silver", "sleek", "smart", "snowy", "solid", "spry", "steady", "stout",
-    "sunny", "swift", "tidy", "tiny", "tough", "vivid", "warm", "wild", "wise", "witty",
-    "young", "zany", "zealous", "zesty",
+    "agile",
+    "amber",
+    "bold",
+    "brave",
+    "bright",
+    "calm",
+    "clever",
+    "coral",
+    "crisp",
+    "curious",
+    "daring",
+    "deft",
+    "eager",
+    "fierce",
+    "gentle",
+    "glad",
+    "golden",
+    "grand",
+    "hardy",
+    "humble",
+    "jolly",
+    "keen",
+    "kind",
+    "lively",
+    "lucky",
+    "merry",
+    "mighty",
+    "nimble",
+    "noble",
+    "patient",
+    "plucky",
+    "polite",
+    "proud",
+    "quick",
+    "quiet",
+    "rapid",
+    "rare",
+    "ready",
+    "rosy",
+    "rustic",
+    "shy",
+    "silent",
+    "silver",
+    "sleek",
+    "smart",
+    "snowy",
+    "solid",
+    "spry",
+    "steady",
+    "stout",
+    "sunny",
+    "swift",
+    "tidy",
+    "tiny",
+    "tough",
+    "vivid",
+    "warm",
+    "wild",
+    "wise",
+    "witty",
+    "young",
+    "zany",
+    "zealous",
+    "zesty",
 )
 _ANIMALS = (
-    "badger", "bat", "beaver", "bison", "boar", "camel", "cat", "cobra", "crane", "crow",
-    "deer", "dingo", "dove", "eagle", "eel", "elk", "falcon", "ferret", "finch", "fox",
-    "gecko", "goat", "goose", "hare", "hawk", "heron", "ibis", "jackal", "jay", "koala",
-    "lark", "lemur", "lion", "llama", "lynx", "magpie", "marten", "mole", "moose", "newt",
-    "otter", "owl", "panda", "parrot", "pika", "puffin", "quail", "raven", "robin", "salmon",
-    "seal", "shrew", "sloth", "snail", "stork", "swan", "tapir", "tiger", "toad", "trout",
-    "viper", "walrus", "wombat", "yak",
+    "badger",
+    "bat",
+    "beaver",
+    "bison",
+    "boar",
+    "camel",
+    "cat",
+    "cobra",
+    "crane",
+    "crow",
+    "deer",
+    "dingo",
+    "dove",
+    "eagle",
+    "eel",
+    "elk",
+    "falcon",
+    "ferret",
+    "finch",
+    "fox",
+    "gecko",
+    "goat",
+    "goose",
+    "hare",
+    "hawk",
+    "heron",
+    "ibis",
+    "jackal",
+    "jay",
+    "koala",
+    "lark",
+    "lemur",
+    "lion",
+    "llama",
+    "lynx",
+    "magpie",
+    "marten",
+    "mole",
+    "moose",
+    "newt",
+    "otter",
+    "owl",
+    "panda",
+    "parrot",
+    "pika",
+    "puffin",
+    "quail",
+    "raven",
+    "robin",
+    "salmon",
+    "seal",
+    "shrew",
+    "sloth",
+    "snail",
+    "stork",
+    "swan",
+    "tapir",
+    "tiger",
+    "toad",
+    "trout",
+    "viper",
+    "walrus",
+    "wombat",
+    "yak",
 )
 
 
@@ -153,7 +267,7 @@ class NodeIdentity:
     fresh: bool = False  # created just now: no other node can be using it yet
 
     @classmethod
-    def from_key(cls, path: Path, private_key: rsa.RSAPrivateKey, fresh: bool = False) -> "NodeIdentity":
+    def from_key(cls, path: Path, private_key: rsa.RSAPrivateKey, fresh: bool = False) -> NodeIdentity:
         peer_id = peer_id_of(private_key.public_key())
         return cls(path=Path(path), private_key=private_key, peer_id=peer_id, name=node_name(peer_id), fresh=fresh)
 
@@ -211,8 +325,10 @@ def load_identity(path: str | os.PathLike) -> NodeIdentity:
     try:
         blob = p.read_bytes()
     except FileNotFoundError:
-        raise IdentityError(f"no identity at {p}; start the node once (or run `sapo-node identity show --create`) "
-                            f"to create one, or import a backup with `sapo-node identity import FILE`") from None
+        raise IdentityError(
+            f"no identity at {p}; start the node once (or run `sapo-node identity show --create`) "
+            f"to create one, or import a backup with `sapo-node identity import FILE`"
+        ) from None
     except OSError as e:
         raise IdentityError(f"cannot read the identity file {p}: {e}") from None
     _check_permissions(p)

@@ -46,9 +46,11 @@ class Invitation:
 
     def warnings(self) -> list[str]:
         if self.private_only:
-            return ["every address in this invitation is private (a home or office network, or this computer): "
-                    "it works only from the same network. From elsewhere, ask for an invitation with a public "
-                    "address (a node that says 'reachable at' a public one)"]
+            return [
+                "every address in this invitation is private (a home or office network, or this computer): "
+                "it works only from the same network. From elsewhere, ask for an invitation with a public "
+                "address (a node that says 'reachable at' a public one)"
+            ]
         return []
 
     def to_url(self) -> str:
@@ -69,8 +71,12 @@ def make_invitation(swarm: SwarmEntry, peers: list[str]) -> str:
 
 def invitation_for(cfg: NodeConfig, peers: list[str]) -> str:
     """The invitation to the swarm `cfg` runs in, through `peers` (e.g. this node's join address)."""
-    entry = SwarmEntry(name=cfg.swarm.swarm_name, window_seconds=cfg.swarm.window_seconds, shards=cfg.swarm.shards,
-                       tasks={k: float(v) for k, v in cfg.tasks.weights.items()})
+    entry = SwarmEntry(
+        name=cfg.swarm.swarm_name,
+        window_seconds=cfg.swarm.window_seconds,
+        shards=cfg.swarm.shards,
+        tasks={k: float(v) for k, v in cfg.tasks.weights.items()},
+    )
     return make_invitation(entry, [p for p in peers if p])
 
 
@@ -88,8 +94,10 @@ def parse_invitation(text: str) -> Invitation:
     except ValueError as e:
         raise InvitationError(f"not a link: {e}") from None
     if url.scheme != SCHEME or url.netloc != "join":
-        raise InvitationError(f"an invitation starts with {SCHEME}://join/ (this starts with "
-                              f"'{text[:20]}'); a bare address /ip4/... goes in the address field")
+        raise InvitationError(
+            f"an invitation starts with {SCHEME}://join/ (this starts with "
+            f"'{text[:20]}'); a bare address /ip4/... goes in the address field"
+        )
     if url.fragment or url.username or url.password or url.port:
         raise InvitationError("an invitation has no '#', '@' or port after sapo://join")
     name = url.path.removeprefix("/")
@@ -142,5 +150,14 @@ def apply_invitation(cfg: NodeConfig, invitation: Invitation) -> NodeConfig:
     return apply_swarm(cfg.replace(**{"swarm.listed_swarm": ""}), invitation.swarm)
 
 
-__all__ = ["Invitation", "InvitationError", "make_invitation", "invitation_for", "parse_invitation",
-           "apply_invitation", "SCHEME", "MAX_CHARS", "MAX_PEERS"]
+__all__ = [
+    "Invitation",
+    "InvitationError",
+    "make_invitation",
+    "invitation_for",
+    "parse_invitation",
+    "apply_invitation",
+    "SCHEME",
+    "MAX_CHARS",
+    "MAX_PEERS",
+]

@@ -51,7 +51,7 @@ class KeySpace:
         return f"{self.prefix}/idx/{window}/{shard}"
 
     def shard_of(self, peer_id: str, window: int) -> int:
-        digest = hashlib.sha256(f"{peer_id}/{window}".encode("utf-8")).digest()
+        digest = hashlib.sha256(f"{peer_id}/{window}".encode()).digest()
         return int.from_bytes(digest[:8], "big") % self.shards
 
     def readable_windows(self, dht_time: float) -> tuple[int, int]:

@@ -17,8 +17,8 @@ forward pass (no gradient).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from sapo_core.rollouts import Completion, Group
 from sapo_core.swarm.verify import likelihood_score

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 DIALBACK_HANDLER = "sapo.dialback"
 MAX_PORTS = 4
@@ -29,9 +30,22 @@ REACHABLE, UNREACHABLE, UNKNOWN = "reachable", "unreachable", "unknown"
 # Addresses nobody on the internet can dial: this host, private ranges (RFC 1918, RFC 4193),
 # link-local, carrier-grade NAT (RFC 6598), unspecified. (Python's is_private also counts the
 # documentation ranges, which examples use as public addresses.)
-PRIVATE_NETWORKS = [ipaddress.ip_network(n) for n in (
-    "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10",
-    "0.0.0.0/32", "::1/128", "::/128", "fc00::/7", "fe80::/10")]
+PRIVATE_NETWORKS = [
+    ipaddress.ip_network(n)
+    for n in (
+        "127.0.0.0/8",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "169.254.0.0/16",
+        "100.64.0.0/10",
+        "0.0.0.0/32",
+        "::1/128",
+        "::/128",
+        "fc00::/7",
+        "fe80::/10",
+    )
+]
 
 
 @dataclass(frozen=True)
@@ -111,12 +125,12 @@ def parse_request(data: bytes) -> list[int]:
 async def _can_connect(ip: str, port: int, timeout: float) -> bool:
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return False
     writer.close()
     try:
         await asyncio.wait_for(writer.wait_closed(), 1.0)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         pass
     return True
 
@@ -189,7 +203,8 @@ async def check(p2p: Any, peers: Sequence[Any], listen_maddrs: Sequence[str], ti
     async def ask(peer: Any) -> tuple[str, list[str]] | None:
         try:
             answer = await asyncio.wait_for(
-                p2p.call_protobuf_handler(peer, DIALBACK_HANDLER, request, BytesValue), timeout)
+                p2p.call_protobuf_handler(peer, DIALBACK_HANDLER, request, BytesValue), timeout
+            )
         except asyncio.CancelledError:
             raise
         except Exception:  # an old peer without the handler, or gone: it just does not count
@@ -199,15 +214,31 @@ async def check(p2p: Any, peers: Sequence[Any], listen_maddrs: Sequence[str], ti
     answers = [a for a in await asyncio.gather(*(ask(p) for p in list(peers)[:3])) if a is not None]
     for seen, reached in answers:
         if reached:
-            return Reachability(REACHABLE, address=reached[0], asked=len(answers),
-                                detail=f"a peer connected to {reached[0]}")
+            return Reachability(
+                REACHABLE, address=reached[0], asked=len(answers), detail=f"a peer connected to {reached[0]}"
+            )
     if not answers:
         return Reachability(UNKNOWN, detail="no peer answered the dial-back request")
     seen = next((s for s, _ in answers if s), "")
-    return Reachability(UNREACHABLE, asked=len(answers),
-                        detail=f"{len(answers)} peer(s) saw us at {seen or 'a relayed address'} and could not "
-                               f"connect to port(s) {', '.join(map(str, ports))}")
+    return Reachability(
+        UNREACHABLE,
+        asked=len(answers),
+        detail=f"{len(answers)} peer(s) saw us at {seen or 'a relayed address'} and could not "
+        f"connect to port(s) {', '.join(map(str, ports))}",
+    )
 
 
-__all__ = ["Reachability", "DialbackService", "check", "tcp_ports", "ip_of", "is_private", "parse_request",
-           "parse_answer", "REACHABLE", "UNREACHABLE", "UNKNOWN", "DIALBACK_HANDLER"]
+__all__ = [
+    "Reachability",
+    "DialbackService",
+    "check",
+    "tcp_ports",
+    "ip_of",
+    "is_private",
+    "parse_request",
+    "parse_answer",
+    "REACHABLE",
+    "UNREACHABLE",
+    "UNKNOWN",
+    "DIALBACK_HANDLER",
+]

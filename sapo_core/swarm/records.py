@@ -27,8 +27,9 @@ payloads are refused as `wrong_version` (the key prefix changed too, see keys.py
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import msgpack
 
@@ -101,30 +102,61 @@ def _pack(obj: Any) -> bytes:
 
 def _wire_group(g: WireGroup) -> list:
     q = g.question_id
-    return [q.dataset, q.config_digest, q.seed, q.index, g.text, g.answer, list(g.completions),
-            [bool(f) for f in g.finished]]
+    return [
+        q.dataset,
+        q.config_digest,
+        q.seed,
+        q.index,
+        g.text,
+        g.answer,
+        list(g.completions),
+        [bool(f) for f in g.finished],
+    ]
 
 
 def encode_record(record: Record) -> bytes:
-    return _pack({
-        "v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "rec", "s": record.swarm, "w": record.window,
-        "id": record.peer_id, "r": record.round, "g": [_wire_group(g) for g in record.groups],
-        "rc": [list(r) for r in record.receipts[:MAX_RECEIPTS]],
-    })
+    return _pack(
+        {
+            "v": FORMAT_VERSION,
+            "p": PROTOCOL_VERSION,
+            "k": "rec",
+            "s": record.swarm,
+            "w": record.window,
+            "id": record.peer_id,
+            "r": record.round,
+            "g": [_wire_group(g) for g in record.groups],
+            "rc": [list(r) for r in record.receipts[:MAX_RECEIPTS]],
+        }
+    )
 
 
 def encode_index(entry: IndexEntry) -> bytes:
-    return _pack({
-        "v": FORMAT_VERSION, "p": PROTOCOL_VERSION, "k": "idx", "s": entry.swarm, "w": entry.window,
-        "sh": entry.shard, "id": entry.peer_id, "r": entry.round, "n": entry.groups,
-        "ns": entry.signal_groups, "b": entry.record_bytes,
-    })
+    return _pack(
+        {
+            "v": FORMAT_VERSION,
+            "p": PROTOCOL_VERSION,
+            "k": "idx",
+            "s": entry.swarm,
+            "w": entry.window,
+            "sh": entry.shard,
+            "id": entry.peer_id,
+            "r": entry.round,
+            "n": entry.groups,
+            "ns": entry.signal_groups,
+            "b": entry.record_bytes,
+        }
+    )
 
 
 def wire_group_of(group: Group) -> WireGroup:
     q = group.question
-    return WireGroup(q.id, q.text, q.answer, tuple(c.text for c in group.completions),
-                     tuple(bool(c.finished) for c in group.completions))
+    return WireGroup(
+        q.id,
+        q.text,
+        q.answer,
+        tuple(c.text for c in group.completions),
+        tuple(bool(c.finished) for c in group.completions),
+    )
 
 
 @dataclass(frozen=True)
@@ -136,8 +168,15 @@ class FittedRecord:
     dropped_completions: int
 
 
-def fit_record(swarm: str, window: int, peer_id: str, round: int, groups: Sequence[Group],
-               max_bytes: int = MAX_RECORD_BYTES, receipts: Sequence[Receipt] = ()) -> FittedRecord:
+def fit_record(
+    swarm: str,
+    window: int,
+    peer_id: str,
+    round: int,
+    groups: Sequence[Group],
+    max_bytes: int = MAX_RECORD_BYTES,
+    receipts: Sequence[Receipt] = (),
+) -> FittedRecord:
     """The largest record of these groups that encodes within `max_bytes`.
 
     Groups with a learning signal go first (peers drop the others anyway); whole groups are
@@ -160,8 +199,13 @@ def fit_record(swarm: str, window: int, peer_id: str, round: int, groups: Sequen
         wire = wire_group_of(group)
         ok = [(c, f) for c, f in zip(wire.completions[:MAX_COMPLETIONS], wire.finished) if len(c) <= MAX_TEXT_CHARS]
         ok_texts, ok_finished = tuple(c for c, _ in ok), tuple(f for _, f in ok)
-        if (len(ok_texts) < 2 or len(wire.text) > MAX_TEXT_CHARS or len(wire.answer) > MAX_ANSWER_CHARS
-                or not _name_ok(wire.question_id.dataset) or not _name_ok(wire.question_id.config_digest)):
+        if (
+            len(ok_texts) < 2
+            or len(wire.text) > MAX_TEXT_CHARS
+            or len(wire.answer) > MAX_ANSWER_CHARS
+            or not _name_ok(wire.question_id.dataset)
+            or not _name_ok(wire.question_id.config_digest)
+        ):
             dropped_groups += 1
             dropped_completions += len(wire.completions)
             continue
@@ -172,8 +216,11 @@ def fit_record(swarm: str, window: int, peer_id: str, round: int, groups: Sequen
             signal += group.has_signal()
             continue
         n = len(ok_texts)
-        while n > 2 and size(kept + [WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n],
-                                               ok_finished[:n])]) > max_bytes:
+        while (
+            n > 2
+            and size(kept + [WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n], ok_finished[:n])])
+            > max_bytes
+        ):
             n -= 1
         cut = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n], ok_finished[:n])
         if n >= 2 and size(kept + [cut]) <= max_bytes:
@@ -197,8 +244,15 @@ def _unpack(payload: Any, max_bytes: int) -> dict:
         raise RecordError("oversized", f"{len(payload)} bytes > {max_bytes}")
     try:
         obj = msgpack.unpackb(
-            payload, raw=False, strict_map_key=True, use_list=True, max_str_len=MAX_TEXT_CHARS * 4,
-            max_bin_len=0, max_array_len=max(MAX_GROUPS, MAX_COMPLETIONS, 8), max_map_len=16, max_ext_len=0,
+            payload,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=MAX_TEXT_CHARS * 4,
+            max_bin_len=0,
+            max_array_len=max(MAX_GROUPS, MAX_COMPLETIONS, 8),
+            max_map_len=16,
+            max_ext_len=0,
         )
     except Exception as e:  # msgpack raises many types (ExtraData, ValueError, UnicodeDecodeError...)
         raise RecordError("malformed", f"not msgpack: {type(e).__name__}") from None
@@ -238,8 +292,15 @@ def _receipt_ok(r: Any) -> bool:
     if not isinstance(r, (list, tuple)) or len(r) != 3:
         return False
     peer, round, index = r
-    return (_name_ok(peer) and isinstance(round, int) and not isinstance(round, bool) and 0 <= round < _INT64
-            and isinstance(index, int) and not isinstance(index, bool) and 0 <= index < MAX_GROUPS)
+    return (
+        _name_ok(peer)
+        and isinstance(round, int)
+        and not isinstance(round, bool)
+        and 0 <= round < _INT64
+        and isinstance(index, int)
+        and not isinstance(index, bool)
+        and 0 <= index < MAX_GROUPS
+    )
 
 
 def _receipts(raw: Any) -> tuple[Receipt, ...]:
@@ -265,8 +326,11 @@ def _group(raw: Any) -> WireGroup:
         raise RecordError("malformed", "a group needs 2..64 completions")
     if not all(isinstance(c, str) and len(c) <= MAX_TEXT_CHARS for c in completions):
         raise RecordError("malformed", "bad completion")
-    if not isinstance(finished, list) or len(finished) != len(completions) \
-            or not all(isinstance(f, bool) for f in finished):
+    if (
+        not isinstance(finished, list)
+        or len(finished) != len(completions)
+        or not all(isinstance(f, bool) for f in finished)
+    ):
         raise RecordError("malformed", "finished flags are not one bool per completion")
     return WireGroup(QuestionId(dataset, digest, seed, index), text, answer, tuple(completions), tuple(finished))
 
@@ -277,16 +341,28 @@ def decode_record(payload: Any, swarm: str, max_bytes: int = MAX_RECORD_BYTES) -
     groups = obj.get("g")
     if not isinstance(groups, list) or len(groups) > MAX_GROUPS:
         raise RecordError("malformed", "groups missing or too many")
-    return Record(swarm, _int(obj, "w"), _name(obj, "id"), _int(obj, "r", 0),
-                  tuple(_group(g) for g in groups), _receipts(obj.get("rc")))
+    return Record(
+        swarm,
+        _int(obj, "w"),
+        _name(obj, "id"),
+        _int(obj, "r", 0),
+        tuple(_group(g) for g in groups),
+        _receipts(obj.get("rc")),
+    )
 
 
 def decode_index(payload: Any, swarm: str) -> IndexEntry:
     obj = _unpack(payload, MAX_INDEX_BYTES)
     _header(obj, "idx", swarm)
     return IndexEntry(
-        swarm, _int(obj, "w"), _int(obj, "sh", 0, 1 << 20), _name(obj, "id"), _int(obj, "r", 0),
-        _int(obj, "n", 0, MAX_GROUPS), _int(obj, "ns", 0, MAX_GROUPS), _int(obj, "b", 0, MAX_RECORD_BYTES),
+        swarm,
+        _int(obj, "w"),
+        _int(obj, "sh", 0, 1 << 20),
+        _name(obj, "id"),
+        _int(obj, "r", 0),
+        _int(obj, "n", 0, MAX_GROUPS),
+        _int(obj, "ns", 0, MAX_GROUPS),
+        _int(obj, "b", 0, MAX_RECORD_BYTES),
     )
 
 

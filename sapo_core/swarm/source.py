@@ -29,8 +29,9 @@ import random
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from sapo_core.config import SwarmConfig
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
@@ -38,12 +39,24 @@ from sapo_core.rollouts import Group
 from sapo_core.swarm.identity import KEY_FILE_NAME, NodeIdentity, load_or_create_identity, node_name
 from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import (
-    IndexEntry, Receipt, Record, RecordError, decode_index, decode_record, encode_index, encode_record, fit_record,
+    IndexEntry,
+    Receipt,
+    Record,
+    RecordError,
+    decode_index,
+    decode_record,
+    encode_index,
+    encode_record,
+    fit_record,
 )
 from sapo_core.swarm.verify import (
-    CompletionCutter, PeerReputation, QuestionSource, VerifyLimits, sample_groups, verify_record,
+    CompletionCutter,
+    PeerReputation,
+    QuestionSource,
+    VerifyLimits,
+    sample_groups,
+    verify_record,
 )
-
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +118,16 @@ class NoSwarm:
 class DhtRolloutSource:
     """Publishes to and gathers from the swarm's DHT (a started `SwarmDHT`)."""
 
-    def __init__(self, cfg: SwarmConfig, tasks: QuestionSource, identity: NodeIdentity, dht: Any,
-                 hooks: RoundHooks | None = None, clock: Any = None, cutter: CompletionCutter | None = None) -> None:
+    def __init__(
+        self,
+        cfg: SwarmConfig,
+        tasks: QuestionSource,
+        identity: NodeIdentity,
+        dht: Any,
+        hooks: RoundHooks | None = None,
+        clock: Any = None,
+        cutter: CompletionCutter | None = None,
+    ) -> None:
         """`cutter`: our tokenizer and max_new_tokens, so peers' completions are scored exactly
         as they will be trained (None: scored whole, the node re-tokenises)."""
         from hivemind.utils import get_dht_time
@@ -164,12 +185,15 @@ class DhtRolloutSource:
         started = time.perf_counter()
         now = self._clock()
         window = self.keyspace.window_at(now)
-        fitted = fit_record(self.cfg.swarm_name, window, self.node_id, round, groups,
-                            self.cfg.max_record_kib * 1024, receipts=receipts)
+        fitted = fit_record(
+            self.cfg.swarm_name, window, self.node_id, round, groups, self.cfg.max_record_kib * 1024, receipts=receipts
+        )
         items = self._items(fitted.record, fitted.signal_groups, now)
         if fitted.dropped_groups or fitted.dropped_completions:
-            log.info(f"swarm: record cut to {self.cfg.max_record_kib} KiB: {fitted.dropped_groups} "
-                     f"group(s), {fitted.dropped_completions} completion(s) left out")
+            log.info(
+                f"swarm: record cut to {self.cfg.max_record_kib} KiB: {fitted.dropped_groups} "
+                f"group(s), {fitted.dropped_completions} completion(s) left out"
+            )
         f = self._figures
         try:
             ok = self.dht.store(items, timeout=self.cfg.publish_timeout)
@@ -199,8 +223,7 @@ class DhtRolloutSource:
             raise
         except Exception as e:
             self._figures["gather_errors"] += 1
-            log.error(f"swarm: gather failed, training on local groups only: "
-                      f"{type(e).__name__}: {e}")
+            log.error(f"swarm: gather failed, training on local groups only: {type(e).__name__}: {e}")
             return []
 
     def _gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
@@ -215,8 +238,9 @@ class DhtRolloutSource:
         fetch_started = time.perf_counter()
         f["index_s"] += fetch_started - started
         try:
-            found = self.dht.get_many(list(keys.values()), timeout=max(0.1, deadline - time.perf_counter()),
-                                      newer_than=newer_than)
+            found = self.dht.get_many(
+                list(keys.values()), timeout=max(0.1, deadline - time.perf_counter()), newer_than=newer_than
+            )
         except Exception as e:
             found = {}
             self._dht_failed("fetching peers' records", e)
@@ -256,8 +280,10 @@ class DhtRolloutSource:
         if not strike:
             self.reputation.count(peer, Counter({reason: n}))
         elif self.reputation.strike(peer, reason, n):
-            log.warning(f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
-                        f"{self.cfg.ignore_minutes:g} min: its groups keep being {reason}")
+            log.warning(
+                f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
+                f"{self.cfg.ignore_minutes:g} min: its groups keep being {reason}"
+            )
 
     def stats(self) -> dict[str, float]:
         f = self._figures
@@ -265,8 +291,17 @@ class DhtRolloutSource:
         for k, v in f.items():
             if k.startswith("rejected/"):
                 out[f"swarm/{k}"] = float(v)
-        for name in ("published", "received", "accepted", "used", "records", "bytes_out", "bytes_in",
-                     "publish_s", "gather_s"):
+        for name in (
+            "published",
+            "received",
+            "accepted",
+            "used",
+            "records",
+            "bytes_out",
+            "bytes_in",
+            "publish_s",
+            "gather_s",
+        ):
             out.setdefault(f"swarm/{name}", 0.0)
         out["swarm/rejected"] = float(sum(v for k, v in f.items() if k.startswith("rejected/")))
         out["swarm/dht_peers"] = float(self.dht.num_peers())
@@ -286,11 +321,23 @@ class DhtRolloutSource:
         window = record.window
         payload = encode_record(record)
         shard = self.keyspace.shard_of(self.node_id, window)
-        index = encode_index(IndexEntry(self.cfg.swarm_name, window, shard, self.node_id, record.round,
-                                        len(record.groups), signal_groups, len(payload)))
+        index = encode_index(
+            IndexEntry(
+                self.cfg.swarm_name,
+                window,
+                shard,
+                self.node_id,
+                record.round,
+                len(record.groups),
+                signal_groups,
+                len(payload),
+            )
+        )
         expiration = self.keyspace.expiration(now)
-        return [(self.keyspace.record_key(window, self.node_id), payload, expiration),
-                (self.keyspace.index_key(window, shard), index, expiration)]
+        return [
+            (self.keyspace.record_key(window, self.node_id), payload, expiration),
+            (self.keyspace.index_key(window, shard), index, expiration),
+        ]
 
     def _republish_items(self) -> list[tuple[str, bytes, float]]:
         """Called in the DHT thread: our latest record again, in the window it is now, if the
@@ -339,7 +386,7 @@ class DhtRolloutSource:
         """
         windows = self.keyspace.readable_windows(self._clock())
         first = []
-        for peer in self.reputation.trusted()[-self.cfg.records_per_gather:]:
+        for peer in self.reputation.trusted()[-self.cfg.records_per_gather :]:
             for w in windows:
                 shard = self.keyspace.shard_of(peer, w)
                 if shard not in first:
@@ -353,20 +400,24 @@ class DhtRolloutSource:
         while pos < len(order) and time.perf_counter() < deadline:
             # promising: unstruck peers that run a DHT node we know (or that proved useful); an
             # identity is free, a DHT node in our routing table is not: fresh Sybil ids do not count
-            promising = [e for e in self._usable(e for e, _ in entries.values())
-                         if not self.reputation.is_suspect(e.peer_id)
-                         and (e.peer_id in live or self.reputation.is_trusted(e.peer_id))]
+            promising = [
+                e
+                for e in self._usable(e for e, _ in entries.values())
+                if not self.reputation.is_suspect(e.peer_id)
+                and (e.peer_id in live or self.reputation.is_trusted(e.peer_id))
+            ]
             if len(promising) >= self.cfg.records_per_gather:
                 break
             good_seen = [p for p in seen_peers if not self.reputation.is_suspect(p) and p in live]
             if good_seen and len(good_seen) >= self.dht.num_peers():
                 break  # every peer we know of has turned up: a small swarm has nothing more to find
-            batch, pos = order[pos:pos + size], pos + size
+            batch, pos = order[pos : pos + size], pos + size
             size = max(size, pos)  # k, k, 2k, 4k ...
             keys = {self.keyspace.index_key(w, s): (w, s) for w in windows for s in batch}
             try:
-                found = self.dht.get_many(list(keys), timeout=max(0.1, deadline - time.perf_counter()),
-                                          beam_size=2 * self.cfg.replicas)
+                found = self.dht.get_many(
+                    list(keys), timeout=max(0.1, deadline - time.perf_counter()), beam_size=2 * self.cfg.replicas
+                )
             except Exception as e:
                 self._dht_failed("reading the index", e)
                 break
@@ -411,9 +462,14 @@ class DhtRolloutSource:
             return set()
 
     def _usable(self, entries: Any) -> list[IndexEntry]:
-        return [e for e in entries if e.peer_id != self.node_id and e.groups > 0
-                and not self.reputation.is_ignored(e.peer_id)
-                and len(self._used.get((e.peer_id, e.round), ())) < e.groups]
+        return [
+            e
+            for e in entries
+            if e.peer_id != self.node_id
+            and e.groups > 0
+            and not self.reputation.is_ignored(e.peer_id)
+            and len(self._used.get((e.peer_id, e.round), ())) < e.groups
+        ]
 
     def _choose(self, entries: list[IndexEntry], rng: random.Random) -> list[IndexEntry]:
         """Up to records_per_gather peers whose records we fetch.
@@ -432,17 +488,21 @@ class DhtRolloutSource:
         fresh = [e for e in usable if (e.peer_id, e.round) not in self._used]
         stale = [e for e in usable if (e.peer_id, e.round) in self._used]
         # a record announced without signal can only give receipts: after those that may train
-        trusted = sorted((e for e in fresh if self.reputation.is_trusted(e.peer_id)), key=lambda e: e.signal_groups == 0)
-        unknown = sorted((e for e in fresh if not self.reputation.is_trusted(e.peer_id)),
-                         key=lambda e: (self.reputation.is_suspect(e.peer_id), e.peer_id not in live,
-                                        e.signal_groups == 0))
+        trusted = sorted(
+            (e for e in fresh if self.reputation.is_trusted(e.peer_id)), key=lambda e: e.signal_groups == 0
+        )
+        unknown = sorted(
+            (e for e in fresh if not self.reputation.is_trusted(e.peer_id)),
+            key=lambda e: (self.reputation.is_suspect(e.peer_id), e.peer_id not in live, e.signal_groups == 0),
+        )
         explore = max(1, limit // 3)
-        first = trusted[:limit - explore] + unknown[:explore]
-        rest = trusted[limit - explore:] + unknown[explore:] + stale
+        first = trusted[: limit - explore] + unknown[:explore]
+        rest = trusted[limit - explore :] + unknown[explore:] + stale
         return (first + rest)[:limit]
 
-    def _verify_peer_record_guarded(self, entry: IndexEntry, values: Any,
-                                    limits: VerifyLimits = VerifyLimits()) -> list[Group]:
+    def _verify_peer_record_guarded(
+        self, entry: IndexEntry, values: Any, limits: VerifyLimits = VerifyLimits()
+    ) -> list[Group]:
         """`_verify_peer_record`, and a strike instead of an exception if anything in it breaks on
         what this peer sent (a bug of ours that a peer's bytes trigger must not stop the round)."""
         try:
@@ -452,8 +512,10 @@ class DhtRolloutSource:
         except Exception as e:
             self._figures["verify_errors"] += 1
             self.reputation.observe(entry.peer_id, Counter({"verify_error": 1}), True)
-            log.warning(f"swarm: verifying peer {node_name(entry.peer_id)}'s record failed "
-                        f"({type(e).__name__}: {e}); its record is dropped")
+            log.warning(
+                f"swarm: verifying peer {node_name(entry.peer_id)}'s record failed "
+                f"({type(e).__name__}: {e}); its record is dropped"
+            )
             return []
 
     def _verify_peer_record(self, entry: IndexEntry, values: Any, limits: VerifyLimits = VerifyLimits()) -> list[Group]:
@@ -461,8 +523,7 @@ class DhtRolloutSource:
 
         f = self._figures
         peer = entry.peer_id
-        payload = next((v for sub, (v, _) in _values_of(values, with_subkeys=True) if owner_peer_id(sub) == peer),
-                       None)
+        payload = next((v for sub, (v, _) in _values_of(values, with_subkeys=True) if owner_peer_id(sub) == peer), None)
         rejected: Counter = Counter()
         accepted: list[Group] = []
         junk = useless = neutral = False
@@ -485,15 +546,20 @@ class DhtRolloutSource:
         for reason, n in rejected.items():
             f[f"rejected/{reason}"] += n
         if self.reputation.observe(peer, rejected, junk, accepted=len(accepted), useless=useless, neutral=neutral):
-            log.warning(f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
-                        f"{self.cfg.ignore_minutes:g} min: it keeps sending junk or nothing useful")
+            log.warning(
+                f"swarm: ignoring peer {node_name(peer)} ({peer}) for "
+                f"{self.cfg.ignore_minutes:g} min: it keeps sending junk or nothing useful"
+            )
         elif junk:
-            log.warning(f"swarm: peer {node_name(peer)} sent junk: "
-                        + ", ".join(f"{n} {r}" for r, n in sorted(rejected.items())))
+            log.warning(
+                f"swarm: peer {node_name(peer)} sent junk: "
+                + ", ".join(f"{n} {r}" for r, n in sorted(rejected.items()))
+            )
         return accepted
 
-    def _judge_record(self, entry: IndexEntry, record: Record, limits: VerifyLimits,
-                      rejected: Counter) -> tuple[list[Group], bool, bool, bool]:
+    def _judge_record(
+        self, entry: IndexEntry, record: Record, limits: VerifyLimits, rejected: Counter
+    ) -> tuple[list[Group], bool, bool, bool]:
         """(accepted groups, junk, useless, neutral) of a decoded record; rejections added to
         `rejected`. Neutral: nothing trainable, as its index entry said (an honest node whose
         round had no group with signal: most rounds of a small model); it neither earns nor
@@ -573,15 +639,24 @@ def _values_of(values: Any, with_subkeys: bool = False) -> list:
         if not (isinstance(item, tuple) and len(item) == 2):
             continue
         payload, expiration = item
-        if not isinstance(payload, (bytes, bytearray)) or not isinstance(expiration, (int, float)) \
-                or isinstance(expiration, bool) or not math.isfinite(expiration):
+        if (
+            not isinstance(payload, (bytes, bytearray))
+            or not isinstance(expiration, (int, float))
+            or isinstance(expiration, bool)
+            or not math.isfinite(expiration)
+        ):
             continue
         out.append((sub, (payload, expiration)) if with_subkeys else (payload, expiration))
     return out
 
 
-def open_swarm(cfg: SwarmConfig, tasks: QuestionSource, identity_dir: Path,
-               hooks: RoundHooks | None = None, cutter: CompletionCutter | None = None) -> RolloutSource:
+def open_swarm(
+    cfg: SwarmConfig,
+    tasks: QuestionSource,
+    identity_dir: Path,
+    hooks: RoundHooks | None = None,
+    cutter: CompletionCutter | None = None,
+) -> RolloutSource:
     """The node's rollout source: `NoSwarm` if sharing is off, else a started DHT source.
 
     Raises `SwarmError` (readable) if the DHT cannot start; a swarm without reachable peers is
@@ -593,8 +668,9 @@ def open_swarm(cfg: SwarmConfig, tasks: QuestionSource, identity_dir: Path,
     from sapo_core.swarm.dht import SwarmDHT
     from sapo_core.swarm.validation import ReasonCounter
 
-    identity = load_or_create_identity(Path(cfg.identity_path) if cfg.identity_path
-                                       else Path(identity_dir) / KEY_FILE_NAME)
+    identity = load_or_create_identity(
+        Path(cfg.identity_path) if cfg.identity_path else Path(identity_dir) / KEY_FILE_NAME
+    )
     log.info(f"swarm: this node is {identity.name} ({identity.peer_id})")
     keyspace = KeySpace(cfg.swarm_name, cfg.window_seconds, cfg.shards)
     dht = SwarmDHT(cfg, identity, keyspace, ReasonCounter())

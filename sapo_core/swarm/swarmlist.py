@@ -13,9 +13,10 @@ Standard library only (the GUI imports it).
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from sapo_core.config import PAPER_SPECIALTIES, ConfigError, NodeConfig, SwarmConfig
 
@@ -40,11 +41,20 @@ class SwarmEntry:
     def __post_init__(self) -> None:
         # SwarmConfig's own checks say what is wrong with a name, a peer, a window or shards
         try:
-            SwarmConfig(swarm_name=self.name, initial_peers=list(self.bootstrap), window_seconds=self.window_seconds,
-                        shards=self.shards, shards_read=1)
+            SwarmConfig(
+                swarm_name=self.name,
+                initial_peers=list(self.bootstrap),
+                window_seconds=self.window_seconds,
+                shards=self.shards,
+                shards_read=1,
+            )
         except ConfigError as e:
-            raise SwarmListError(str(e).replace("swarm.swarm_name", "name").replace("swarm.initial_peers", "bootstrap")
-                                 .replace("swarm.", "")) from None
+            raise SwarmListError(
+                str(e)
+                .replace("swarm.swarm_name", "name")
+                .replace("swarm.initial_peers", "bootstrap")
+                .replace("swarm.", "")
+            ) from None
         if len(self.bootstrap) > MAX_BOOTSTRAP:
             raise SwarmListError(f"bootstrap: at most {MAX_BOOTSTRAP} peers")
         if len(self.description) > 500:
@@ -56,8 +66,13 @@ class SwarmEntry:
                 raise SwarmListError(f"tasks.{task}: weight must be a number 0..100")
 
     def to_toml_table(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "description": self.description, "bootstrap": list(self.bootstrap),
-                               "window_seconds": float(self.window_seconds), "shards": int(self.shards)}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "bootstrap": list(self.bootstrap),
+            "window_seconds": float(self.window_seconds),
+            "shards": int(self.shards),
+        }
         if self.tasks:
             out["tasks"] = {k: float(v) for k, v in self.tasks.items()}
         return out
@@ -72,10 +87,14 @@ def _entry(table: Any, where: str) -> SwarmEntry:
         raise SwarmListError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     try:
         return SwarmEntry(
-            name=str(table.get("name", "")), description=str(table.get("description", "")),
+            name=str(table.get("name", "")),
+            description=str(table.get("description", "")),
             bootstrap=[str(p) for p in table.get("bootstrap", [])],
-            window_seconds=float(table.get("window_seconds", 300.0)), shards=int(table.get("shards", 16)),
-            tasks=dict(table.get("tasks", {})), source=where.split(":")[0])
+            window_seconds=float(table.get("window_seconds", 300.0)),
+            shards=int(table.get("shards", 16)),
+            tasks=dict(table.get("tasks", {})),
+            source=where.split(":")[0],
+        )
     except (TypeError, ValueError) as e:
         raise SwarmListError(f"{where}: {e}") from None
 
@@ -89,8 +108,10 @@ def parse_swarms(text: str, source: str) -> list[SwarmEntry]:
     tables = data.get("swarm", [])
     if not isinstance(tables, list):
         raise SwarmListError(f"{source}: write each swarm as a [[swarm]] table")
-    return [_entry(t, f"{source}: swarm {i + 1} ({t.get('name', '?') if isinstance(t, Mapping) else '?'})")
-            for i, t in enumerate(tables)]
+    return [
+        _entry(t, f"{source}: swarm {i + 1} ({t.get('name', '?') if isinstance(t, Mapping) else '?'})")
+        for i, t in enumerate(tables)
+    ]
 
 
 def user_swarms_path() -> Path:
@@ -123,8 +144,10 @@ def find_swarm(name: str, user_path: Path | None = None) -> SwarmEntry:
     for e in entries:
         if e.name == name:
             return e
-    raise SwarmListError(f"no listed swarm is called '{name}'; listed: {', '.join(e.name for e in entries) or 'none'}"
-                         f" (add one to {user_swarms_path() if user_path is None else user_path})")
+    raise SwarmListError(
+        f"no listed swarm is called '{name}'; listed: {', '.join(e.name for e in entries) or 'none'}"
+        f" (add one to {user_swarms_path() if user_path is None else user_path})"
+    )
 
 
 def add_user_swarm(entry: SwarmEntry, user_path: Path | None = None) -> Path:
@@ -146,10 +169,14 @@ def apply_swarm(cfg: NodeConfig, entry: SwarmEntry, extra_peers: list[str] | Non
     """The config a node of `entry` runs with: its name, window, shards, task mix and peers
     (the entry's bootstrap list, then `extra_peers`, without repeats); the rest of `cfg` kept."""
     peers = list(dict.fromkeys([*entry.bootstrap, *(extra_peers or [])]))
-    changes: dict[str, Any] = {"swarm.enabled": True, "swarm.swarm_name": entry.name,
-                               "swarm.window_seconds": float(entry.window_seconds), "swarm.shards": int(entry.shards),
-                               "swarm.shards_read": min(cfg.swarm.shards_read, int(entry.shards)),
-                               "swarm.initial_peers": peers}
+    changes: dict[str, Any] = {
+        "swarm.enabled": True,
+        "swarm.swarm_name": entry.name,
+        "swarm.window_seconds": float(entry.window_seconds),
+        "swarm.shards": int(entry.shards),
+        "swarm.shards_read": min(cfg.swarm.shards_read, int(entry.shards)),
+        "swarm.initial_peers": peers,
+    }
     if entry.source:
         changes["swarm.listed_swarm"] = entry.name
     if entry.tasks:
@@ -157,5 +184,14 @@ def apply_swarm(cfg: NodeConfig, entry: SwarmEntry, extra_peers: list[str] | Non
     return cfg.replace(**changes)
 
 
-__all__ = ["SwarmEntry", "SwarmListError", "parse_swarms", "load_swarms", "find_swarm", "add_user_swarm",
-           "apply_swarm", "user_swarms_path", "USER_FILE_NAME"]
+__all__ = [
+    "SwarmEntry",
+    "SwarmListError",
+    "parse_swarms",
+    "load_swarms",
+    "find_swarm",
+    "add_user_swarm",
+    "apply_swarm",
+    "user_swarms_path",
+    "USER_FILE_NAME",
+]

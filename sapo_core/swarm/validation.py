@@ -30,7 +30,8 @@ import math
 import re
 import threading
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 from hivemind.dht.crypto import RSASignatureValidator
@@ -89,8 +90,15 @@ def subkey_is_owner_tag(serialised_subkey: Any) -> bool:
     if not isinstance(serialised_subkey, (bytes, bytearray)) or len(serialised_subkey) > MAX_SUBKEY_BYTES + 16:
         return False
     try:
-        inner = msgpack.unpackb(bytes(serialised_subkey), raw=True, max_bin_len=MAX_SUBKEY_BYTES, max_str_len=0,
-                                max_array_len=0, max_map_len=0, max_ext_len=0)
+        inner = msgpack.unpackb(
+            bytes(serialised_subkey),
+            raw=True,
+            max_bin_len=MAX_SUBKEY_BYTES,
+            max_str_len=0,
+            max_array_len=0,
+            max_map_len=0,
+            max_ext_len=0,
+        )
     except Exception:  # wrong type, too long, trailing bytes: all the same to us
         return False
     if not isinstance(inner, bytes) or msgpack.packb(inner, use_bin_type=True) != serialised_subkey:
@@ -133,8 +141,7 @@ class OwnedSignatureValidator(RSASignatureValidator):
 class SwarmSchemaValidator(RecordValidatorBase):
     """Accepts only this swarm's records and index entries, each under its own key."""
 
-    def __init__(self, keyspace: KeySpace, counts: ReasonCounter,
-                 clock: Callable[[], float] = get_dht_time) -> None:
+    def __init__(self, keyspace: KeySpace, counts: ReasonCounter, clock: Callable[[], float] = get_dht_time) -> None:
         self.keyspace = keyspace
         self._counts = counts
         self._clock = clock
@@ -186,8 +193,9 @@ def _unwrap_bin(value: bytes) -> bytes:
     """The DHT stores our payload wrapped as one msgpack bin; anything else is malformed."""
     try:
         # The bytes are in memory already (p2p caps messages); the size check below names it.
-        inner = msgpack.unpackb(value, raw=True, max_bin_len=len(value), max_str_len=0, max_array_len=0,
-                                max_map_len=0, max_ext_len=0)
+        inner = msgpack.unpackb(
+            value, raw=True, max_bin_len=len(value), max_str_len=0, max_array_len=0, max_map_len=0, max_ext_len=0
+        )
     except Exception:
         raise RecordError("malformed", "not a msgpack bin") from None
     if not isinstance(inner, bytes):
@@ -197,7 +205,6 @@ def _unwrap_bin(value: bytes) -> bytes:
     return inner
 
 
-def make_validators(private_key: object, keyspace: KeySpace,
-                    counts: ReasonCounter) -> list[RecordValidatorBase]:
+def make_validators(private_key: object, keyspace: KeySpace, counts: ReasonCounter) -> list[RecordValidatorBase]:
     """The chain a swarm DHTNode runs (hivemind's CompositeValidator orders it by priority)."""
     return [OwnedSignatureValidator(private_key, counts), SwarmSchemaValidator(keyspace, counts)]

@@ -38,18 +38,32 @@ import math
 import random
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.records import MAX_TEXT_CHARS, Record
 
 # Reasons that only a broken or hostile peer produces; honest peers can produce the others
 # (a zero-advantage group, a task or difficulty level we do not run).
-JUNK_REASONS = frozenset({
-    "malformed", "oversized", "wrong_version", "wrong_swarm", "wrong_key", "wrong_owner", "wrong_peer",
-    "text_mismatch", "answer_mismatch", "bad_index", "bad_score", "cpu_budget", "verify_error",
-})
+JUNK_REASONS = frozenset(
+    {
+        "malformed",
+        "oversized",
+        "wrong_version",
+        "wrong_swarm",
+        "wrong_key",
+        "wrong_owner",
+        "wrong_peer",
+        "text_mismatch",
+        "answer_mismatch",
+        "bad_index",
+        "bad_score",
+        "cpu_budget",
+        "verify_error",
+    }
+)
 # Reasons that cost a light strike: useless rather than hostile, but what a flood is made of
 # (docs/swarm.md, 'Hostile peers': ghosts whose records are missing, zero-advantage-only records,
 # index entries that lie about the record they name).
@@ -78,20 +92,24 @@ class CompletionCutter:
     max_chars_per_token: int = 64
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, max_tokens: int) -> "CompletionCutter":
+    def for_tokenizer(cls, tokenizer, max_tokens: int) -> CompletionCutter:
         """Cutting with a transformers tokenizer as `Policy` encodes peers' text (no special
         tokens). A vocabulary entry is at least as long as the text it decodes to (byte-level
         BPE), so the longest bounds the characters per token."""
         longest = max((len(t) for t in tokenizer.get_vocab()), default=64)
-        return cls(lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"]),
-                   lambda ids: tokenizer.decode(ids, skip_special_tokens=True), max_tokens, max(1, longest))
+        return cls(
+            lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"]),
+            lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            max_tokens,
+            max(1, longest),
+        )
 
     def cut(self, text: str) -> tuple[list[int], str, bool]:
         limit = self.max_tokens * self.max_chars_per_token + 256
         ids = self.encode(text[:limit])
         if len(ids) <= self.max_tokens and len(text) <= limit:
             return ids, text, False
-        ids = ids[:self.max_tokens]
+        ids = ids[: self.max_tokens]
         return ids, self.decode(ids), True
 
 
@@ -115,9 +133,14 @@ class Verdict:
         return any(r in JUNK_REASONS for r in self.rejected)
 
 
-def verify_record(record: Record, tasks: QuestionSource, peer_id: str, limits: VerifyLimits = VerifyLimits(),
-                  cpu_clock: Callable[[], float] = time.thread_time,
-                  wall_clock: Callable[[], float] = time.perf_counter) -> Verdict:
+def verify_record(
+    record: Record,
+    tasks: QuestionSource,
+    peer_id: str,
+    limits: VerifyLimits = VerifyLimits(),
+    cpu_clock: Callable[[], float] = time.thread_time,
+    wall_clock: Callable[[], float] = time.perf_counter,
+) -> Verdict:
     """Check every group of one peer's record; never raises for anything the peer sent."""
     verdict = Verdict()
     if record.peer_id != peer_id:
@@ -140,8 +163,9 @@ def verify_record(record: Record, tasks: QuestionSource, peer_id: str, limits: V
     return verdict
 
 
-def _verify_group(wire, index: int, record: Record, tasks: QuestionSource, peer_id: str, limits: VerifyLimits,
-                  verdict: Verdict) -> tuple[str | None, Group | None]:
+def _verify_group(
+    wire, index: int, record: Record, tasks: QuestionSource, peer_id: str, limits: VerifyLimits, verdict: Verdict
+) -> tuple[str | None, Group | None]:
     try:
         question = tasks.regenerate(wire.question_id)
     except ValueError as e:  # tasks.UnknownQuestion is a ValueError carrying .reason
@@ -219,7 +243,7 @@ def sample_groups(pool: Sequence[Group], want: int, rng: random.Random, per_peer
             out.append(g)
         else:
             rest.append(g)
-    out.extend(rest[:want - len(out)])
+    out.extend(rest[: want - len(out)])
     return out
 
 
@@ -238,8 +262,13 @@ class PeerReputation:
     forgotten first).
     """
 
-    def __init__(self, strikes_to_ignore: int = 3, ignore_seconds: float = 600.0,
-                 clock: Callable[[], float] = time.monotonic, max_peers: int = 4096) -> None:
+    def __init__(
+        self,
+        strikes_to_ignore: int = 3,
+        ignore_seconds: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_peers: int = 4096,
+    ) -> None:
         self.strikes_to_ignore = strikes_to_ignore
         self.ignore_seconds = ignore_seconds
         self._clock = clock
@@ -281,8 +310,15 @@ class PeerReputation:
         while len(self.rejections) > self._max_peers:
             self.rejections.popitem(last=False)
 
-    def observe(self, peer_id: str, rejected: Counter, junk: bool, accepted: int = 0,
-                useless: bool = False, neutral: bool = False) -> bool:
+    def observe(
+        self,
+        peer_id: str,
+        rejected: Counter,
+        junk: bool,
+        accepted: int = 0,
+        useless: bool = False,
+        neutral: bool = False,
+    ) -> bool:
         """Record one record's outcome; True if this peer has just been put on ignore. `neutral`
         (not junk: nothing to train, as announced): its rejections are counted, nothing else
         changes (trust, strikes)."""
