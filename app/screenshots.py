@@ -68,7 +68,7 @@ def take_screenshots(out_dir: str | os.PathLike, demo: bool | None = None) -> li
         if suffix != "-small":
             wizard = SetupWizard()
             wizard.show()
-            _wait(app, lambda: not wizard.scanner.running() and wizard.scanner.process is not None, SCAN_TIMEOUT_S)
+            _wait(app, lambda w=wizard: not w.scanner.running() and w.scanner.process is not None, SCAN_TIMEOUT_S)
             for i, name in enumerate(("setup-1-computer", "setup-2-swarm", "setup-3-share")):
                 wizard._show_page(i)
                 shots.append(_save(wizard, out, f"{name}{suffix}.png", app))

@@ -2,9 +2,9 @@
 
 Three short pages. The swarm step offers: join a listed swarm, join by invitation, start a
 swarm on this network, train alone; it says which it picked first and why, warns when an
-invitation holds only private addresses, and says what is shared. The hardware scan runs in a child process (hardware_scan.py) while the
-user reads; the recommended model is preselected with the reason, the others are marked
-fits / slow / doesn't fit. `apply_choices` turns the answers into a NodeConfig (a pure
+invitation holds only private addresses, and says what is shared. The hardware scan runs in a
+child process (hardware_scan.py) while the user reads; the recommended model is preselected with
+the reason, the others are marked fits / slow / doesn't fit. `apply_choices` turns the answers into a NodeConfig (a pure
 function, tested without a display); the window saves it as node.toml and starts the node.
 """
 

@@ -290,7 +290,7 @@ def final_solve_rates(rows: list[dict]) -> dict[tuple[int, str], list[float]]:
             if key not in last or int(r["round"]) >= last[key][0]:
                 last[key] = (int(r["round"]), float(r["eval_solve_rate"]))
     out: dict[tuple[int, str], list[float]] = {}
-    for (seed, config, node), (_, rate) in sorted(last.items()):
+    for (seed, config, _node), (_, rate) in sorted(last.items()):
         out.setdefault((seed, config), []).append(rate)
     return out
 

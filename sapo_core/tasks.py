@@ -30,14 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sapo_core import paths
-
-paths.keep_matplotlib_cache_in_ours()
-import reasoning_gym  # noqa: E402  (after the matplotlib cache is pointed at ours)
-
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, TaskConfig
 from sapo_core.curriculum import Curriculum, LevelChange
 from sapo_core.rewards import REWARDS, extract_answer, is_solved, score_answer
 from sapo_core.rollouts import Group, Question, QuestionId
+
+paths.keep_matplotlib_cache_in_ours()
+import reasoning_gym  # noqa: E402  (after the matplotlib cache is pointed at ours)
 
 MAX_INDEX = 2**31  # question indices are 0 <= index < MAX_INDEX
 MAX_SEED = 2**32  # seeds are 0 <= seed < MAX_SEED

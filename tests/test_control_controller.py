@@ -118,44 +118,44 @@ def test_pause_after_round_waits_for_the_round_end():
     assert done.wait(5)
 
 
-def test_throttle_sleep_is_cut_short_by_stop_and_by_a_higher_share():
-    for cut in ("stop", "share"):
-        owing = threading.Event()
+@pytest.mark.parametrize("cut", ["stop", "share"])
+def test_throttle_sleep_is_cut_short_by_stop_and_by_a_higher_share(cut):
+    owing = threading.Event()
 
-        class WorkClock:  # the first reading starts the count, the next one says a second of work passed
-            def __init__(self) -> None:
-                self.t = 0.0
+    class WorkClock:  # the first reading starts the count, the next one says a second of work passed
+        def __init__(self) -> None:
+            self.t = 0.0
 
-            def __call__(self) -> float:
-                self.t += 1.0
-                if self.t >= 2:
-                    owing.set()
-                return self.t
+        def __call__(self) -> float:
+            self.t += 1.0
+            if self.t >= 2:
+                owing.set()
+            return self.t
 
-        made: queue.Queue[Controller] = queue.Queue()
-        outcome: list[object] = []
+    made: queue.Queue[Controller] = queue.Queue()
+    outcome: list[object] = []
 
-        def run() -> None:
-            ctl = Controller(lambda e: None)  # made here: this is its round thread
-            ctl.duty = DutyCycle(0.05, clock=WorkClock())  # owes 19 s of sleep per second of work
-            made.put(ctl)
-            try:
-                ctl.checkpoint()
-                outcome.append("returned")
-            except Interrupted as e:
-                outcome.append(e)
+    def run() -> None:
+        ctl = Controller(lambda e: None)  # made here: this is its round thread
+        ctl.duty = DutyCycle(0.05, clock=WorkClock())  # owes 19 s of sleep per second of work
+        made.put(ctl)
+        try:
+            ctl.checkpoint()
+            outcome.append("returned")
+        except Interrupted as e:
+            outcome.append(e)
 
-        t = threading.Thread(target=run, daemon=True)
-        t.start()
-        ctl = made.get(timeout=5)
-        assert owing.wait(5)
-        ctl.stop("bye") if cut == "stop" else ctl.set_throttle(1.0)
-        t.join(5)
-        assert not t.is_alive()
-        if cut == "stop":
-            assert isinstance(outcome[0], Interrupted)
-        else:
-            assert outcome == ["returned"]
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    ctl = made.get(timeout=5)
+    assert owing.wait(5)
+    ctl.stop("bye") if cut == "stop" else ctl.set_throttle(1.0)
+    t.join(5)
+    assert not t.is_alive()
+    if cut == "stop":
+        assert isinstance(outcome[0], Interrupted)
+    else:
+        assert outcome == ["returned"]
 
 
 def test_threads_are_applied_on_the_round_thread(round_):

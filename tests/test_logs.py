@@ -60,7 +60,7 @@ def test_library_records_and_python_warnings_reach_the_log_at_warning_and_above(
     logging.getLogger("transformers.modeling_utils").error("weights missing")
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        warnings.warn("torch_dtype is deprecated", FutureWarning)
+        warnings.warn("torch_dtype is deprecated", FutureWarning, stacklevel=1)
     got = [(e.level, e.message) for e in pipe.events()]
     assert got[0] == ("warning", "hivemind: p2pd is slow")
     assert got[1] == ("error", "transformers: weights missing")

@@ -543,7 +543,8 @@ def test_cpu_attacks_cost_a_bounded_gather(world, verifier, attack, fresh_attack
     stats = victim.stats()
     print(
         f"\ncpu attack {attack}: gather {took:.2f} s (timeout {victim.cfg.gather_timeout:g} s), verify cpu "
-        f"{stats.get('swarm/verify_cpu_s', 0):.2f} s, cpu_budget rejections {stats.get('swarm/rejected/cpu_budget', 0):.0f}, "
+        f"{stats.get('swarm/verify_cpu_s', 0):.2f} s, "
+        f"cpu_budget rejections {stats.get('swarm/rejected/cpu_budget', 0):.0f}, "
         f"attacker strikes {strikes_before:g} -> {victim.reputation._strikes.get(attacker.node_id, 0.0):g}"
         f"{' (ignored)' if victim.reputation.is_ignored(attacker.node_id) else ''}"
     )
@@ -655,8 +656,9 @@ def test_a_24_identity_flood_does_not_starve_the_honest_peer(world, verifier, cu
 def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
     """A real node (the embedded model) joins the victim's swarm; an attacker publishes right
     answers with injected links and garbage preambles with the answer, an honest peer plain
-    right and wrong answers. Over two rounds (~4 min on an idle 2-core machine) the node's update sees honest peer text and not
-    one poisoned completion (the cut, the duplicates collapse and the likelihood floor)."""
+    right and wrong answers. Over two rounds (~4 min on an idle 2-core machine) the node's update
+    sees honest peer text and not one poisoned completion (the cut, the duplicates collapse and the
+    likelihood floor)."""
     from sapo_core.config import NodeConfig
     from sapo_core.node import Node
 

@@ -151,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
             mixed_by_choice.setdefault((prompt, name), []).append(mixed)
             print(
                 f"{dataset:<24} {prompt:<12} {name:<10} {statistics.fmean(flat):>7.3f} "
-                f"{sum(x >= 1 for x in flat) / len(flat):>7.3f} {varied:>8.2f} {mixed:>6.2f} {stated:>7.2f} {tokens:>7.1f}"
+                f"{sum(x >= 1 for x in flat) / len(flat):>7.3f} {varied:>8.2f} {mixed:>6.2f} "
+                f"{stated:>7.2f} {tokens:>7.1f}"
             )
     (prompt, name), mixed = max(mixed_by_choice.items(), key=lambda kv: statistics.fmean(kv[1]))
     n_tokens = sum(sum(r["tokens"]) for r in records)

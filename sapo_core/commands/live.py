@@ -4,7 +4,8 @@
 bar for the phase of the current round, a line per round, state changes with their
 reasons, log lines and errors; on a first start, the model's download every few seconds.
 Ctrl-C asks the node to stop (the round in progress, or the download, is abandoned and reruns
-on the next start); a second Ctrl-C kills it (it resumes from its last checkpoint). A crash prints its reason and the node's last lines of stderr, and exits 1.
+on the next start); a second Ctrl-C kills it (it resumes from its last checkpoint). A crash
+prints its reason and the node's last lines of stderr, and exits 1.
 
 Imports no torch: the node process does the work.
 """

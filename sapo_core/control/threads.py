@@ -1,10 +1,10 @@
 """Inside the node process: keep the thread count fitted to what the CPU has free, while running.
 
 `ThreadGovernor` holds the state around the pure choice of `sapo_core.threadplan`: readings
-of what other programs use (each an average over `control.check_seconds`) (`CpuMeter`: psutil's machine-wide busy time minus the
-node's own process tree, the llama.cpp sampler child included), a change only once the new
-count has held for a few readings (a compile that lasts a second must not make the node flap),
-and the quiet tokens/s of each thread count seen in this run: a round far below it is a
+of what other programs use, each an average over `control.check_seconds` (`CpuMeter`: psutil's
+machine-wide busy time minus the node's own process tree, the llama.cpp sampler child included),
+a change only once the new count has held for a few readings (a compile that lasts a second must
+not make the node flap), and the quiet tokens/s of each thread count seen in this run: a round far below it is a
 collapse, and the count steps one down for `CAP_ROUNDS` rounds before it may grow again.
 
 The worker runs `observe` on its own thread every few seconds and `after_round` after each

@@ -188,7 +188,7 @@ def lora_tensors(model: Any, arch: str, permute_qk: bool | None = None) -> tuple
     if not pairs:
         raise ExportError("the policy has no LoRA parameters to export")
     scales = set()
-    for module_name, module in model.named_modules():
+    for module in model.modules():
         scaling = getattr(module, "scaling", None)
         if isinstance(scaling, dict) and scaling:
             scales.update(float(s) for s in scaling.values())

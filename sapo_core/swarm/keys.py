@@ -25,7 +25,9 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 2  # 2: record v2 (finished flags, receipts); bump when keys or records change meaning; old and new nodes then never mix
+# 2: record v2 (finished flags, receipts). Bump when keys or records change meaning: old and new
+# nodes then never mix.
+PROTOCOL_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,9 @@ def lan():
         return {"enabled": False}
     from sapo_core.swarm.discovery import DiscoveryError, LanDiscovery
     seen = {}
-    d = LanDiscovery(args["swarm"], "doctor", [], lambda p, m: seen.__setitem__(p, m), interfaces=args["lan_interfaces"])
+    d = LanDiscovery(
+        args["swarm"], "doctor", [], lambda p, m: seen.__setitem__(p, m), interfaces=args["lan_interfaces"]
+    )
     try:
         d.start()
     except DiscoveryError as e:

@@ -212,7 +212,7 @@ async def check(p2p: Any, peers: Sequence[Any], listen_maddrs: Sequence[str], ti
         return parse_answer(answer.value)
 
     answers = [a for a in await asyncio.gather(*(ask(p) for p in list(peers)[:3])) if a is not None]
-    for seen, reached in answers:
+    for _seen, reached in answers:
         if reached:
             return Reachability(
                 REACHABLE, address=reached[0], asked=len(answers), detail=f"a peer connected to {reached[0]}"

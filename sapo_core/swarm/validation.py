@@ -19,7 +19,8 @@ The owner subkey must deserialise as msgpack bin holding exactly one owner tag a
 else, canonically encoded (`bad_subkey` otherwise): a str, tuple or any other type would
 reach readers as that type; padding around the tag would let one owner store unlimited,
 unbounded subkeys under one key; and readers re-serialise a dictionary's subkeys before they
-check signatures, so one non-canonical subkey would make them drop every value under its key. So each owner has exactly one subkey per key, at most `MAX_SUBKEY_BYTES` long.
+check signatures, so one non-canonical subkey would make them drop every value under its key.
+So each owner has exactly one subkey per key, at most `MAX_SUBKEY_BYTES` long.
 
 Validators return False and count the reason; they never raise into hivemind's loop.
 """
