@@ -78,7 +78,10 @@ def test_hivemind_and_transformers_give_up_their_own_handlers():
     pipe = Pipe()
     logs.to_events(pipe.writer.emit)
     for name in ("hivemind", "transformers"):
-        assert logging.getLogger(name).propagate and logging.getLogger(name).handlers == []
+        # their own stderr handler is gone (pytest attaches capture handlers of its own to loggers
+        # that did not propagate when a test began: subclasses, left alone)
+        logger = logging.getLogger(name)
+        assert logger.propagate and [h for h in logger.handlers if type(h) is logging.StreamHandler] == []
     hivemind_logger("hivemind.dht").warning("a peer timed out")
     hf_logging.get_logger("transformers.generation").warning("generation flags are not valid")
     got = [e.message for e in pipe.events()]

@@ -168,14 +168,14 @@ def test_model_for_config_on_this_machine(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path))
     sel = modelfiles.model_for_config(NodeConfig())
-    assert sel.path.is_file() and sel.why
-    assert sel.path.name == load_catalogue().embedded.filename, f"the hub is off, yet {sel.path} was used"
+    assert sel.gguf.is_file() and sel.why
+    assert sel.gguf.name == load_catalogue().embedded.filename, f"the hub is off, yet {sel.gguf} was used"
     assert sel.model_id == load_catalogue().embedded.id
     assert 1 <= sel.micro_batch_size <= NodeConfig().train.micro_batch_size
     named = NodeConfig().replace(**{"model.name": "qwen3-0.6b"})
     sel = modelfiles.model_for_config(named)
     why = sel.why
-    assert sel.path.name == load_catalogue().embedded.filename and sel.model_id == load_catalogue().embedded.id
+    assert sel.gguf.name == load_catalogue().embedded.filename and sel.model_id == load_catalogue().embedded.id
     assert "named in the config" in why and "instead of Qwen3-0.6B" in why and "HF_HUB_OFFLINE" in why
 
 
