@@ -1,6 +1,6 @@
 """What this machine has: CPU cores, RAM, free disk, CUDA GPUs, Apple MPS.
 
-Detection reports, it doesn't decide silently (STYLE.md habit 5): every value is a
+Detection reports, it doesn't decide silently: every value is a
 `Detected(value, reason)` whose reason says how it was found ("psutil.virtual_memory()")
 or that it was overridden ("override SAPO_RAM_GB=8"). Overrides come from an explicit
 mapping (the `--override` option of `sapo-node hardware`) or the environment; the explicit

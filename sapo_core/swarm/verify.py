@@ -29,7 +29,8 @@ records keep holding junk or nothing useful is ignored for a while (`PeerReputat
 no network, no clock except the ones passed in, nothing raised for any peer input.
 
 Departure from the reference code (rl-swarm): it scored external completions against the
-sender's answer with the sender's choice of scorer; SAPO.md explains why that is unsafe.
+sender's answer with the sender's choice of scorer, so any peer could teach any answer by
+sending it with a scorer that accepts it (docs/swarm.md, 'What is checked, and where').
 """
 
 from __future__ import annotations
