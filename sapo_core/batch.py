@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sapo_core import grpo
+from sapo_core.config import NodeConfig
 from sapo_core.rollouts import Completion, Group, Question
 from sapo_core.trainer import TrainSequence
 
@@ -39,21 +40,29 @@ def external_token_ids(policy, c: Completion, max_new_tokens: int) -> list[int]:
     return ids + [policy.tokenizer.eos_token_id] if c.finished and len(full) <= max_new_tokens else ids
 
 
+@dataclass(frozen=True)
+class BatchRules:
+    max_new_tokens: int  # peers' completions are cut to this (sampler.max_new_tokens)
+    skip_flat: bool  # leave out groups without reward spread (no KL term: train.kl_beta == 0)
+    external_token_budget: int  # peers' tokens per update, 0 for no limit (swarm.max_external_tokens)
+
+    @classmethod
+    def for_config(cls, cfg: NodeConfig) -> BatchRules:
+        return cls(cfg.sampler.max_new_tokens, cfg.train.kl_beta == 0, cfg.swarm.max_external_tokens)
+
+
 def training_batch(
     policy,
     prompt_of: Callable[[Question], list[int]],
     local: Sequence[Group],
     prompts: Sequence[list[int]],
     external: Sequence[Group],
-    *,
-    max_new_tokens: int,
-    skip_flat: bool,
-    external_token_budget: int,
+    rules: BatchRules,
 ) -> Batch:
-    """`local` groups with their encoded `prompts`, then `external` ones (prompts from `prompt_of`);
-    `external_token_budget` 0: no limit."""
+    """`local` groups with their encoded `prompts`, then `external` ones (prompts from `prompt_of`)."""
     batch = Batch()
     eos = policy.tokenizer.eos_token_id
+    skip_flat = rules.skip_flat
     for g, prompt in zip(local, prompts):
         if skip_flat and not g.has_signal():
             continue
@@ -63,11 +72,11 @@ def training_batch(
             if c.finished:  # learn to stop: the stop token is part of what was sampled
                 ids, lps = ids + [eos], lps + [float("nan")]  # its sampling log-prob is not reported
             batch.sequences.append(TrainSequence(prompt, ids, a, lps if c.sample_logprobs is not None else None))
-    budget = external_token_budget or float("inf")
+    budget = rules.external_token_budget or float("inf")
     for g in external:
         if skip_flat and not g.has_signal():
             continue
-        ids = [external_token_ids(policy, c, max_new_tokens) for c in g.completions]
+        ids = [external_token_ids(policy, c, rules.max_new_tokens) for c in g.completions]
         tokens = sum(len(x) for x in ids)
         if tokens > budget:
             batch.capped += 1
@@ -84,4 +93,4 @@ def _advantages(g: Group) -> list[float]:
     return grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()  # (1, G) -> (G,)
 
 
-__all__ = ["Batch", "training_batch", "external_token_ids"]
+__all__ = ["Batch", "BatchRules", "training_batch", "external_token_ids"]

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sapo_core.config import NodeConfig
 from sapo_core.fsutil import atomic_write_bytes
 from sapo_core.hooks import RoundHooks
 from sapo_core.rollouts import Question, QuestionId
@@ -128,6 +129,12 @@ class EvalSettings:
     top_p: float
     max_new_tokens: int
     seed: int = 0  # per-question seeds derive from it and the question, never from the node
+
+    @classmethod
+    def for_config(cls, cfg: NodeConfig) -> EvalSettings:
+        """eval.samples and eval.greedy, at the node's own sampling settings."""
+        s = cfg.sampler
+        return cls(cfg.eval.samples, cfg.eval.greedy, s.temperature, s.top_p, s.max_new_tokens)
 
 
 def _question_seed(settings: EvalSettings, question: Question) -> int:

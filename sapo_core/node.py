@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from sapo_core import paths
-from sapo_core.batch import external_token_ids, training_batch
+from sapo_core.batch import BatchRules, external_token_ids, training_batch
 from sapo_core.checkpoint import Checkpoints, CheckpointState
 from sapo_core.config import NodeConfig, dump_config
 from sapo_core.control.threads import starting_threads
@@ -104,14 +104,8 @@ class Node:
         if plan.micro_batch_size < cfg.train.micro_batch_size:
             log.info(f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
-        self.policy = load_policy(
-            cfg.model,
-            plan.gguf,
-            paths.cache_dir() / "hf",
-            seed=cfg.seed,
-            tokenizer_gguf=plan.tokenizer_gguf,
-            model_id=plan.model_id,
-        )
+        hf_cache, gguf, tokenizer_gguf = paths.cache_dir() / "hf", plan.gguf, plan.tokenizer_gguf
+        self.policy = load_policy(cfg.model, gguf, hf_cache, cfg.seed, tokenizer_gguf, plan.model_id)
         self.trainer = Trainer(self.policy, cfg.train, temperature=cfg.sampler.temperature)
         if self._source is None:
             self._source = self._open_source()
@@ -129,13 +123,7 @@ class Node:
         log.info(f"sampler: {self._sampler.reason}")
         self._evaluator = None
         if cfg.eval.enabled:
-            settings = EvalSettings(
-                samples=cfg.eval.samples,
-                greedy=cfg.eval.greedy,
-                temperature=cfg.sampler.temperature,
-                top_p=cfg.sampler.top_p,
-                max_new_tokens=cfg.sampler.max_new_tokens,
-            )
+            settings = EvalSettings.for_config(cfg)
             self._evaluator = Evaluator(self.tasks, settings, cfg.eval.questions, paths.cache_dir())
 
     def _open_source(self):
@@ -143,13 +131,8 @@ class Node:
             return None
         from sapo_core.swarm.source import open_swarm
 
-        return open_swarm(
-            self.cfg.swarm,
-            self.tasks_for_verification(),
-            paths.identity_dir(),
-            self.hooks,
-            cutter=self.completion_cutter(),
-        )
+        verifying, cutter = self.tasks_for_verification(), self.completion_cutter()
+        return open_swarm(self.cfg.swarm, verifying, paths.identity_dir(), self.hooks, cutter=cutter)
 
     def completion_cutter(self):
         """Our tokenizer and max_new_tokens, for scoring peers' text exactly as it is trained."""
@@ -210,13 +193,7 @@ class Node:
             prompts = [self._prompt(q) for q in questions]
             # the identity too: nodes at the same round must not draw the same per-token randomness
             seeds = [mixed_seed(cfg.seed, self._identity, r, k) for k in range(len(questions))]
-            params = SamplingParams(
-                n=shape.group_size,
-                max_new_tokens=cfg.sampler.max_new_tokens,
-                temperature=cfg.sampler.temperature,
-                top_p=cfg.sampler.top_p,
-                stop_token_ids=policy.eos_ids,
-            )
+            params = SamplingParams.for_config(cfg.sampler, n=shape.group_size, stop_token_ids=policy.eos_ids)
             samples = self._sampler.sample(prompts, seeds, params, hooks)
 
         # 2. score with our own rewards
@@ -224,15 +201,7 @@ class Node:
             hooks.progress("score", 0, len(questions))
             local: list[Group] = []
             for q, seqs in zip(questions, samples):
-                comps = [
-                    Completion(
-                        text=policy.decode(s.token_ids),
-                        token_ids=s.token_ids,
-                        sample_logprobs=s.logprobs,
-                        finished=s.finished,
-                    )
-                    for s in seqs
-                ]
+                comps = [Completion(policy.decode(s.token_ids), s.token_ids, s.logprobs, s.finished) for s in seqs]
                 for c, reward in zip(comps, self.tasks.score(q, [c.text for c in comps])):
                     c.reward = float(reward)
                 local.append(Group(question=q, completions=comps, source="local", round=r))
@@ -257,16 +226,7 @@ class Node:
 
         # 5. advantages, group by group (the receipts name the peers' groups that train)
         with timer("prepare"):
-            batch = training_batch(
-                policy,
-                self._prompt,
-                local,
-                prompts,
-                external,
-                max_new_tokens=cfg.sampler.max_new_tokens,
-                skip_flat=cfg.train.kl_beta == 0,
-                external_token_budget=cfg.swarm.max_external_tokens,
-            )
+            batch = training_batch(policy, self._prompt, local, prompts, external, BatchRules.for_config(cfg))
             if batch.capped:
                 swarm_failures["swarm/external_tokens_capped"] = float(batch.capped)
 
@@ -382,20 +342,10 @@ class Node:
         return self.trainer.completion_logprobs(seqs, self.hooks)
 
     def _save(self, r: int, metrics: dict[str, float], started: float) -> None:
-        state = CheckpointState(
-            round=r,
-            model_id=self.policy.model_id,
-            lora_rank=self.policy.lora_rank,
-            policy_version=self.policy.version,
-            extra={
-                "metrics": metrics,
-                "started": started,
-                "shape": self.shape.__dict__.copy(),
-                "tasks": self.tasks.state_dict(),
-                "receipts": [list(x) for x in self._receipts],
-            },
-        )
-        self.checkpoints.save(state, self.policy.trainable_state_dict(), self.trainer.state_dict())
+        p, receipts = self.policy, [list(x) for x in self._receipts]
+        extra = dict(metrics=metrics, started=started, shape=dict(self.shape.__dict__), tasks=self.tasks.state_dict())
+        state = CheckpointState(r, p.model_id, p.lora_rank, p.version, extra={**extra, "receipts": receipts})
+        self.checkpoints.save(state, p.trainable_state_dict(), self.trainer.state_dict())
 
     def _autoscale(self, seconds: float) -> None:
         c = self.cfg

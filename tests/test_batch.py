@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sapo_core.batch import training_batch
+from sapo_core.batch import BatchRules, training_batch
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 
 Q = Question(QuestionId("basic_arithmetic", "d", 0, 0), "Calculate 2 + 2.", "4")
@@ -51,9 +51,7 @@ def test_advantages_stop_tokens_flat_groups_and_receipts(policy):
         [ours([1.0, 0.0]), ours([0.0, 0.0])],
         [[5, 6], [5, 6]],
         [theirs("peerA", 0, [0.0, 1.0]), theirs("peerB", 1, [1.0, 1.0])],
-        max_new_tokens=64,
-        skip_flat=True,
-        external_token_budget=0,
+        BatchRules(max_new_tokens=64, skip_flat=True, external_token_budget=0),
     )
     assert b.groups == 2 and b.receipts == [("peerA", 7, 0)] and b.capped == 0  # flat groups left out
     own = b.sequences[:2]
@@ -72,9 +70,7 @@ def test_with_a_kl_term_flat_groups_train_and_the_token_budget_takes_whole_group
         [ours([0.0, 0.0], finished=False)],
         [[5]],
         [theirs("peerA", 0, [0.0, 1.0]), theirs("peerB", 1, [1.0, 0.0])],
-        max_new_tokens=64,
-        skip_flat=False,
-        external_token_budget=2 * one + 1,
+        BatchRules(max_new_tokens=64, skip_flat=False, external_token_budget=2 * one + 1),
     )
     assert b.groups == 2 and b.capped == 1 and b.receipts == [("peerA", 7, 0)]
     assert [s.advantage for s in b.sequences[:2]] == [0.0, 0.0] and b.sequences[0].completion_ids == [10, 11]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from sapo_core.hooks import RoundHooks
 
 if TYPE_CHECKING:  # no torch at import time
+    from sapo_core.config import SamplerConfig
     from sapo_core.policy import Policy
 
 
@@ -30,6 +31,11 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     stop_token_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def for_config(cls, cfg: SamplerConfig, n: int, stop_token_ids: tuple[int, ...]) -> SamplingParams:
+        """`n` completions per prompt with the node's sampler settings (length, temperature, top-p)."""
+        return cls(n, cfg.max_new_tokens, cfg.temperature, cfg.top_p, tuple(stop_token_ids))
 
 
 @dataclass
