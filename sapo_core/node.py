@@ -335,10 +335,11 @@ class Node:
 
     def _peer_logprobs(self, pairs) -> list[list[float]]:
         """Our policy's per-token log-probs of peers' completions, exactly as they would train."""
-        max_new = self.cfg.sampler.max_new_tokens
-        seqs = [
-            TrainSequence(self._prompt(g.question), external_token_ids(self.policy, c, max_new), 0.0) for g, c in pairs
-        ]
+        max_new, prompts = self.cfg.sampler.max_new_tokens, {}  # a group's prompt encoded once, not per completion
+        for g, _ in pairs:
+            if id(g) not in prompts:
+                prompts[id(g)] = self._prompt(g.question)
+        seqs = [TrainSequence(prompts[id(g)], external_token_ids(self.policy, c, max_new), 0.0) for g, c in pairs]
         return self.trainer.completion_logprobs(seqs, self.hooks)
 
     def _save(self, r: int, metrics: dict[str, float], started: float) -> None:
