@@ -62,9 +62,8 @@ def training_batch(
     """`local` groups with their encoded `prompts`, then `external` ones (prompts from `prompt_of`)."""
     batch = Batch()
     eos = policy.tokenizer.eos_token_id
-    skip_flat = rules.skip_flat
     for g, prompt in zip(local, prompts):
-        if skip_flat and not g.has_signal():
+        if rules.skip_flat and not g.has_signal():
             continue
         batch.groups += 1
         for c, a in zip(g.completions, _advantages(g)):
@@ -74,7 +73,7 @@ def training_batch(
             batch.sequences.append(TrainSequence(prompt, ids, a, lps if c.sample_logprobs is not None else None))
     budget = rules.external_token_budget or float("inf")
     for g in external:
-        if skip_flat and not g.has_signal():
+        if rules.skip_flat and not g.has_signal():
             continue
         ids = [external_token_ids(policy, c, rules.max_new_tokens) for c in g.completions]
         tokens = sum(len(x) for x in ids)
