@@ -247,8 +247,11 @@ def estimate_memory(e: CatalogEntry, config: NodeConfig, micro_batch_size: int |
         saved = _saved_floats_per_token(e, 0, 0)
         factor = FULL_ACTIVATION_FACTOR
     if t.gradient_checkpointing:
-        # only each layer's input survives the forward; one layer's activations are rebuilt at a time
-        saved = e.layers * e.hidden_size + saved // e.layers
+        # a checkpointed layer keeps only its input, and one layer's activations are rebuilt at a
+        # time; the others (1 - checkpoint_share of them) keep theirs
+        on = round(t.checkpoint_share * e.layers)
+        per_layer = saved // e.layers
+        saved = on * e.hidden_size + (e.layers - on) * per_layer + (per_layer if on else 0)
     activations = factor * mb * seq * saved * nbytes / GB
     train[f"activations ({mb} x {seq} tokens{', checkpointed' if t.gradient_checkpointing else ''})"] = activations
     chunk_tokens = min(t.logit_chunk, mb * s.max_new_tokens)  # log-probs only at completion positions
@@ -334,8 +337,8 @@ def estimate_round(
         speedup = GPU_TRAIN_SPEEDUP if device == "cuda" else MPS_TRAIN_SPEEDUP
         train_tok_s = ANCHOR_TRAIN_TOK_S * (ANCHOR_PARAMS / e.params) * speedup
     external = r.external_groups if config.swarm.enabled else 0
-    # a forward is ~1/3 of a step; checkpointing runs each step's forward twice
-    per_step = 4 / 3 if config.train.gradient_checkpointing else 1.0
+    # a forward is ~1/3 of a step; checkpointing runs the checkpointed layers' forward twice
+    per_step = 1 + config.train.checkpoint_share / 3 if config.train.gradient_checkpointing else 1.0
     passes = config.train.steps_per_round * per_step + (1 / 3 if config.train.kl_beta > 0 else 0)
     # packed prompts: a group's prompt is processed once, not once per completion
     prompt = PROMPT_TOKENS if config.train.pack_prompts else PROMPT_TOKENS * s.group_size

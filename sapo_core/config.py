@@ -204,6 +204,16 @@ class TrainConfig:
         "memory (docs/calibration.md, 'Memory estimates').",
         True,
     )
+    checkpoint_share: float = _help(
+        "With gradient_checkpointing: the share of the transformer's layers recomputed in the backward "
+        "(spread evenly; 1 = all, the least memory; 0.5 about half the extra compute for ~0.2 GB more).",
+        0.5,
+    )
+    precision: str = _help(
+        "Number format of the update's matmuls: auto (bf16 autocast where the CPU or GPU has native bf16, "
+        "else fp32), fp32 or bf16. LoRA weights, optimizer state and log-probs stay fp32.",
+        "auto",
+    )
     epsilon_low: float = _help("Lower clip of the importance ratio, 1 - eps_low (paper: 0.2).", 0.2)
     epsilon_high: float = _help("Upper clip of the importance ratio, 1 + eps_high (paper: 0.28).", 0.28)
     kl_beta: float = _help("Weight of the KL penalty to the base model (paper: 0).", 0.0)
@@ -226,6 +236,8 @@ class TrainConfig:
         _check(self.kl_beta >= 0, "train.kl_beta", "must be >= 0")
         _check(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
         _check(self.logit_chunk >= 16, "train.logit_chunk", "must be at least 16")
+        _check(0 <= self.checkpoint_share <= 1, "train.checkpoint_share", "must be in [0, 1]")
+        _check(self.precision in ("auto", "fp32", "bf16"), "train.precision", "must be auto, fp32 or bf16")
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,9 @@ def token_logprobs(
 
 
 def _chunk_logprobs(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, temperature: float) -> torch.Tensor:
-    logits = F.linear(h, w).float()  # (n, V)
+    # in h's precision (the trainer hands fp32 hidden states): a bf16 copy of the weights is
+    # widened here, chunk by chunk, rather than kept twice
+    logits = F.linear(h, w.to(h.dtype)).float()  # (n, V)
     if temperature != 1.0:
         logits = logits / temperature
     picked = logits.gather(1, t.unsqueeze(1)).squeeze(1)  # (n,)

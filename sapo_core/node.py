@@ -107,6 +107,7 @@ class Node:
         hf_cache, gguf, tokenizer_gguf = paths.cache_dir() / "hf", plan.gguf, plan.tokenizer_gguf
         self.policy = load_policy(cfg.model, gguf, hf_cache, cfg.seed, tokenizer_gguf, plan.model_id)
         self.trainer = Trainer(self.policy, cfg.train, temperature=cfg.sampler.temperature)
+        log.info(f"update: {self.trainer.precision.why}")
         if self._source is None:
             self._source = self._open_source()
         self._identity = identity = getattr(self._source, "node_id", "alone") if self._source else "alone"

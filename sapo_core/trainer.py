@@ -16,6 +16,12 @@
 - The loss is the token-level mean over every completion token of the round's batch
   (DAPO-style), so long and short completions weigh by their tokens.
 - With KL (beta > 0) the reference is the base model: the LoRA adapter switched off.
+- The transformer body runs under bf16 autocast where the hardware has native bf16
+  (train.precision, `sapo_core/precision.py`); the output head, log-probs, loss, LoRA weights
+  and optimizer state stay fp32.
+- Gradient checkpointing recomputes the activations of `train.checkpoint_share` of the layers
+  (spread evenly) in the backward: 1 is the least memory, 0.5 keeps the node under 2.5 GB at
+  about half the recompute (docs/calibration.md, 'Memory estimates').
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from sapo_core import grpo
 from sapo_core.config import TrainConfig
 from sapo_core.hooks import RoundHooks
 from sapo_core.policy import Policy
+from sapo_core.precision import resolve_precision
 
 
 @dataclass
@@ -169,13 +176,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
         )
-        if cfg.gradient_checkpointing:
-            # non-reentrant: works with frozen inputs (LoRA) and with our own checkpointed head
-            model, kwargs = policy.model, {"use_reentrant": False}
-            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        configure_checkpointing(policy.model, cfg)
+        self.precision = resolve_precision(cfg.precision, next(policy.model.parameters()).device.type)
         self._ref_model = None
         if cfg.kl_beta > 0 and not policy.lora:
             import copy
@@ -184,10 +186,11 @@ class Trainer:
 
     # --- log-probs ----------------------------------------------------------------------
     def _token_logprobs(self, mb: _MicroBatch, body: torch.nn.Module, head: torch.Tensor) -> torch.Tensor:
-        hidden = body(
-            input_ids=mb.input_ids, attention_mask=mb.attention, position_ids=mb.position_ids
-        ).last_hidden_state  # (B, L, H)
-        flat = hidden.reshape(-1, hidden.shape[-1])  # (B*L, H)
+        with self.precision.context(mb.input_ids.device.type):
+            hidden = body(
+                input_ids=mb.input_ids, attention_mask=mb.attention, position_ids=mb.position_ids
+            ).last_hidden_state  # (B, L, H)
+        flat = hidden.float().reshape(-1, hidden.shape[-1])  # (B*L, H); the head and log-probs in fp32
         return grpo.token_logprobs(flat[mb.pred_rows], head, mb.targets, self.cfg.logit_chunk, self.temperature)
 
     def _reference_logprobs(self, mb: _MicroBatch) -> torch.Tensor:
@@ -312,6 +315,36 @@ class Trainer:
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)
+
+
+def configure_checkpointing(model: torch.nn.Module, cfg: TrainConfig) -> None:
+    """train.gradient_checkpointing on `train.checkpoint_share` of the layers, or off."""
+    if not cfg.gradient_checkpointing:
+        if any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()):
+            off = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
+            off()
+        return
+    # non-reentrant: works with frozen inputs (LoRA) and with our own checkpointed head
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    checkpoint_share_of_layers(model, cfg.checkpoint_share)
+
+
+def checkpoint_share_of_layers(model: torch.nn.Module, share: float) -> int:
+    """Leave checkpointing on for `share` of the model's checkpointable layers, spread evenly
+    (transformers' layers read their own `gradient_checkpointing` flag at each forward); the
+    count left on."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
+    on = round(share * len(layers))
+    for k, layer in enumerate(layers):
+        # layer k is on when the running count k * on / n steps up across it: `on` of n, evenly
+        layer.gradient_checkpointing = (k * on) // len(layers) != ((k + 1) * on) // len(layers)
+    return on
 
 
 @contextlib.contextmanager

@@ -143,11 +143,14 @@ def test_memory_parts_by_hand() -> None:
 
 
 def test_gradient_checkpointing_keeps_only_layer_inputs() -> None:
-    """Defaults: 2 x 256 tokens, checkpointed: each of 30 layers keeps its 576-float input, plus one
-    layer's 10681 floats being rebuilt; log-prob chunk 256 x 49152."""
+    """Defaults: 2 x 256 tokens, half the layers checkpointed: each of those 15 keeps its 576-float
+    input, plus one layer's 10681 floats being rebuilt; the other 15 keep their 10681; all 30
+    checkpointed keep only inputs; log-prob chunk 256 x 49152."""
     m = estimate_memory(CAT.embedded, NodeConfig())
     key = "activations (2 x 256 tokens, checkpointed)"
-    assert m.train[key] == pytest.approx(1.8 * 512 * (30 * 576 + 10681) * 4 / 1e9)
+    assert m.train[key] == pytest.approx(1.8 * 512 * (15 * 576 + 15 * 10681 + 10681) * 4 / 1e9)
+    every = estimate_memory(CAT.embedded, NodeConfig().replace(**{"train.checkpoint_share": 1.0}))
+    assert every.train[key] == pytest.approx(1.8 * 512 * (30 * 576 + 10681) * 4 / 1e9)
     assert m.train["log-prob chunk (256 x 49152 vocab)"] == pytest.approx(3 * 256 * 49152 * 4 / 1e9)
     assert m.train_gb < 2.0  # the node's 2.5 GB goal leaves room for the runtime and the sampler
     assert m.sample["GGUF weights (F16)"] == pytest.approx(134_515_008 * 2 / 1e9)  # the default sampler copy

@@ -10,10 +10,12 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.modeling_layers import GradientCheckpointingLayer
 
-from sapo_core.config import TrainConfig
+from sapo_core.config import ConfigError, TrainConfig
 from sapo_core.hooks import NullHooks
 from sapo_core.policy import Policy
+from sapo_core.precision import cpu_bf16_feature, resolve_precision
 from sapo_core.trainer import Trainer, TrainSequence
 
 
@@ -87,6 +89,7 @@ def test_first_step_matches_naive_loss_and_gradient(micro, pack):
     tr = Trainer(
         pol,
         TrainConfig(
+            precision="fp32",
             steps_per_round=1,
             micro_batch_size=micro,
             max_grad_norm=0.0,
@@ -138,7 +141,9 @@ def test_drift_is_the_gap_to_the_sampler_logprobs():
         logits = pol.model(input_ids=torch.tensor([s.prompt_ids + s.completion_ids])).logits[0]
         true = [torch.log_softmax(logits, -1)[2 + i, t].item() for i, t in enumerate(s.completion_ids)]
     s.sample_logprobs = [x + 0.1 for x in true]
-    out = Trainer(pol, TrainConfig(steps_per_round=1)).update([s, TrainSequence([5], [6], -1.0)], NullHooks())
+    out = Trainer(pol, TrainConfig(steps_per_round=1, precision="fp32")).update(
+        [s, TrainSequence([5], [6], -1.0)], NullHooks()
+    )
     assert out["sampler/logprob_drift"] == pytest.approx(0.1, abs=1e-4)  # the peer-like sequence has none
 
 
@@ -158,7 +163,9 @@ def test_empty_batch_does_nothing():
 def test_packing_trains_each_prompt_once_per_row():
     seqs = sequences()
     unpacked = sum(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
-    out = Trainer(small_policy(), TrainConfig(steps_per_round=1, micro_batch_size=8)).update(seqs, NullHooks())
+    out = Trainer(small_policy(), TrainConfig(steps_per_round=1, micro_batch_size=8, precision="fp32")).update(
+        seqs, NullHooks()
+    )
     once = sum(len(p) for p in {tuple(s.prompt_ids) for s in seqs}) + sum(len(s.completion_ids) for s in seqs)
     assert out["train/tokens"] == once < unpacked
 
@@ -172,10 +179,84 @@ def test_packed_logprobs_equal_the_unpacked_ones_with_checkpointing_and_drift():
     for pack in (True, False):
         tr = Trainer(
             small_policy(),
-            TrainConfig(steps_per_round=1, micro_batch_size=2, gradient_checkpointing=True, pack_prompts=pack),
+            TrainConfig(
+                steps_per_round=1, micro_batch_size=2, gradient_checkpointing=True, pack_prompts=pack, precision="fp32"
+            ),
         )
         figures.append(tr.update(seqs, NullHooks()))
     packed, plain = figures
     assert packed["sampler/logprob_drift"] == pytest.approx(plain["sampler/logprob_drift"], rel=1e-5)
     assert packed["loss/policy"] == pytest.approx(plain["loss/policy"], rel=1e-5, abs=1e-7)
     assert packed["train/grad_norm"] == pytest.approx(plain["train/grad_norm"], rel=1e-4)
+
+
+def _grads_after_one_step(cfg: TrainConfig) -> tuple[dict, torch.Tensor]:
+    pol = small_policy()
+    pol.model.train()
+    out = Trainer(pol, cfg).update(sequences(), NullHooks())
+    return out, grads(pol)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_checkpointing_a_share_of_the_layers_leaves_the_gradient_as_it_was(share):
+    """Which layers recompute their activations changes memory and time, never the numbers."""
+    base = dict(steps_per_round=1, micro_batch_size=2, precision="fp32", max_grad_norm=0.0)
+    want, want_grads = _grads_after_one_step(TrainConfig(gradient_checkpointing=False, **base))
+    pol = small_policy()
+    tr = Trainer(pol, TrainConfig(gradient_checkpointing=True, checkpoint_share=share, **base))
+    flags = [m.gradient_checkpointing for m in pol.model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    assert len(flags) == 2 and sum(flags) == round(share * 2)
+    got = tr.update(sequences(), NullHooks())
+    assert got["loss/policy"] == pytest.approx(want["loss/policy"], rel=1e-5, abs=1e-7)
+    for n, g in grads(pol).items():
+        assert torch.allclose(g, want_grads[n], atol=1e-6, rtol=1e-5), n
+
+
+def test_an_even_share_of_layers_is_checkpointed():
+    from sapo_core.trainer import checkpoint_share_of_layers
+
+    class Layer(GradientCheckpointingLayer):
+        gradient_checkpointing = True
+
+    model = torch.nn.Sequential(*[Layer() for _ in range(30)])
+    assert checkpoint_share_of_layers(model, 0.5) == 15
+    assert [m.gradient_checkpointing for m in model] == [k % 2 == 1 for k in range(30)]
+    for m in model:
+        m.gradient_checkpointing = True
+    assert checkpoint_share_of_layers(model, 0.25) == 8
+    on = [k for k, m in enumerate(model) if m.gradient_checkpointing]
+    assert len(on) == 8 and max(b - a for a, b in zip(on, on[1:])) <= 4  # spread, not bunched
+
+
+@pytest.mark.skipif(resolve_precision("auto").autocast is None, reason="this CPU has no native bf16")
+def test_bf16_autocast_keeps_log_probs_and_the_update_close_to_fp32():
+    """Where the CPU has native bf16 the default trains under autocast: the LoRA weights and their
+    gradients stay fp32, the log-probs move less than the sampler may drift (0.05 nats/token)."""
+    base = dict(steps_per_round=1, micro_batch_size=2, max_grad_norm=0.0)
+    fp32, fp32_grads = _grads_after_one_step(TrainConfig(precision="fp32", **base))
+    pol = small_policy()
+    tr = Trainer(pol, TrainConfig(**base))
+    assert tr.precision.name == "bf16"
+    seqs = sequences()
+    lp_bf16 = tr.completion_logprobs(seqs)
+    lp_fp32 = Trainer(small_policy(), TrainConfig(precision="fp32", **base)).completion_logprobs(seqs)
+    gaps = [abs(a - b) for x, y in zip(lp_bf16, lp_fp32) for a, b in zip(x, y)]
+    assert 0 < sum(gaps) / len(gaps) < 0.05
+    bf16 = tr.update(seqs, NullHooks())
+    assert bf16["loss/policy"] == pytest.approx(fp32["loss/policy"], rel=0.05, abs=1e-3)
+    for n, g in grads(pol).items():
+        assert g.dtype == torch.float32
+        cos = torch.nn.functional.cosine_similarity(g.flatten(), fp32_grads[n].flatten(), dim=0)
+        assert cos > 0.95, n
+
+
+def test_precision_setting():
+    assert resolve_precision("fp32").autocast is None
+    assert resolve_precision("bf16").autocast is torch.bfloat16
+    auto = resolve_precision("auto", "cpu")
+    assert (auto.autocast is torch.bfloat16) == (cpu_bf16_feature() is not None)
+    assert resolve_precision("auto", "mps").autocast is None
+    with pytest.raises(ConfigError, match="train.precision"):
+        TrainConfig(precision="fp16")
+    with pytest.raises(ConfigError, match="train.checkpoint_share"):
+        TrainConfig(checkpoint_share=1.5)
