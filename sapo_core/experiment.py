@@ -444,14 +444,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-size", type=int, default=4, help="completions per question, G")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=0, help="sampler and torch threads (0 = physical cores)")
-    p.add_argument("--eval-every", type=int, default=50, help="held-out evaluation every this many rounds")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=0,
+        help="held-out evaluation also every this many rounds (0: only before round 1 and after the last, "
+        "all the comparison needs; each one costs as much as 15-35 rounds at the default size)",
+    )
     p.add_argument(
         "--eval-questions",
         type=int,
-        default=64,
+        default=32,
         help="held-out questions per dataset (docs/experiment.md, 'How many held-out questions')",
     )
-    p.add_argument("--eval-samples", type=int, default=2, help="completions per held-out question")
+    p.add_argument("--eval-samples", type=int, default=4, help="completions per held-out question")
     p.add_argument("--window-seconds", type=float, default=60.0, help="swarm.window_seconds")
     p.add_argument(
         "--jobs",

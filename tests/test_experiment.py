@@ -118,7 +118,7 @@ def test_node_configs_share_identities_across_arms_not_swarms(tmp_path):
     assert not a.swarm.enabled and b.swarm.enabled and b.swarm.initial_peers
     assert a.run_dir != b.run_dir and b.swarm.swarm_name != c.swarm.swarm_name
     assert a.round.local_groups + a.round.external_groups == b.round.local_groups + b.round.external_groups
-    assert a.eval.enabled and a.eval.every_rounds == 50 and a.eval.questions == 64
+    assert a.eval.enabled and a.eval.every_rounds == 0 and (a.eval.questions, a.eval.samples) == (32, 4)
 
 
 def _row(seed, arm, node, rnd, held="", sharing=0, **extra):
