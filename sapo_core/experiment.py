@@ -1,10 +1,10 @@
-"""`sapo-experiment`: compare training recipes (arms) over seeds, sized to be believed; the SAPO
-paper's isolated-against-sharing comparison is two such arms.
+"""`sapo-experiment`: training recipes (arms) compared over seeds, sized so the result can be believed.
 
 An arm is a name and NodeConfig overrides (`lr2e-4:train.learning_rate=2e-4`); the first arm is
 the baseline. The SAPO paper (arXiv 2509.08721, §4) compares I local / J external groups per round
-at the same I + J, which is `--configs 2/0,1/1`: arms named "2/0" and "1/1" that override
-`round.local_groups` and `round.external_groups` (a node shares, in a swarm, where J > 0).
+at the same I + J, isolated against sharing, which is `--configs 2/0,1/1`: arms named "2/0" and
+"1/1" that override `round.local_groups` and `round.external_groups` (a node shares, in a swarm,
+where J > 0).
 
 The measure is the held-out evaluation (`sapo_core/evaluation.py`): every node's solve rate on
 questions no node trains on, before round 1, every `--eval-every` rounds and after the last; per
