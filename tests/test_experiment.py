@@ -1,227 +1,341 @@
-"""sapo-experiment: configurations, the measure by hand (final held-out solve rates, the per-seed
-difference and its t-interval), its outputs, and a real dry run (tiny-random nodes in one process,
-a real swarm on loopback for the sharing configuration)."""
+"""sapo-experiment: arms and their checks, the measure by hand (final held-out solve rates, paired
+differences by (seed, node) or by seed, their t-intervals), its outputs, reading older CSVs, and
+real dry runs (tiny-random nodes in one process; a real swarm on loopback for a sharing arm)."""
 
 from __future__ import annotations
 
 import csv
 import sys
+import tomllib
 
 import pytest
 
-from sapo_core.experiment import (
+from sapo_core.experiment import Arm, build_parser, check_arms, main, node_config, parse_arm, parse_configs
+from sapo_core.experiment_report import (
     CSV_FIELDS,
     PLOT_NEEDS_MATPLOTLIB,
-    build_parser,
+    arm_cost,
     difference,
-    final_solve_rates,
-    main,
+    final_values,
     mean_ci,
-    node_config,
-    parse_configs,
     training_difference,
     write_outputs,
 )
 
 
-def test_parse_configs():
-    assert parse_configs("4/0, 2/2") == [(4, 0), (2, 2)]
+def _args(*argv):
+    args = build_parser().parse_args(list(argv))
+    args.stamp = "x"
+    return args
+
+
+def test_parse_configs_makes_arms_of_local_and_external_groups():
+    arms = parse_configs("4/0, 2/2")
+    assert [a.name for a in arms] == ["4/0", "2/2"]
+    assert dict(arms[1].overrides) == {"round.local_groups": 2, "round.external_groups": 2}
+    assert arms[0].tag == "4-0"
     for bad in ("4", "0/4", "a/b", "4/-1"):
         with pytest.raises(SystemExit):
             parse_configs(bad)
 
 
-def _row(seed, config, node, rnd, held=""):
+def test_parse_arm_reads_values_as_json_where_they_are():
+    assert parse_arm("base:") == Arm("base", ())
+    assert parse_arm("lr2e-4:train.learning_rate=2e-4").overrides == (("train.learning_rate", 2e-4),)
+    arm = parse_arm(
+        'w: tasks.weights={"basic_arithmetic": 1, "calendar_arithmetic": 2}, tasks.prompt=plain, '
+        'tasks.system_prompt="Be brief, be right", train.gradient_checkpointing=false'
+    )
+    assert dict(arm.overrides) == {
+        "tasks.weights": {"basic_arithmetic": 1, "calendar_arithmetic": 2},
+        "tasks.prompt": "plain",
+        "tasks.system_prompt": "Be brief, be right",
+        "train.gradient_checkpointing": False,
+    }
+    assert parse_arm(f"again:{arm.spec()}").overrides == arm.overrides
+    for bad, says in (
+        ("nocolon", "NAME:key=value"),
+        (":train.learning_rate=1e-4", "the name ''"),
+        ("a b:x=1", "the name 'a b'"),
+        ("a:train.learning_rate", "is not key=value"),
+        ("a:x=1,x=2", "x is given twice"),
+    ):
+        with pytest.raises(SystemExit, match=says):
+            parse_arm(bad)
+
+
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("lr:train.lerning_rate=1e-4", r"--arm lr: unknown key train.lerning_rate; did you mean train.learning_rate\?"),
+        ("lr:train.learning_rate=2", r"--arm lr: train.learning_rate=2: train.learning_rate: must be in \(0, 1\)"),
+        ("g:sampler.group_size=four", r"--arm g: sampler.group_size='four': .*expected int"),
+        ("s:seed=3", r"--arm s: seed is set by the experiment"),
+        ("s:swarm.enabled=true", r"--arm s: swarm.enabled is set by the experiment \(on where round.external"),
+        # each alone is fine, together lower >= raise
+        ("c:tasks.curriculum_raise=0.1,tasks.curriculum_lower=0.3", r"--arm c: tasks.curriculum_lower: need"),
+    ],
+)
+def test_a_wrong_key_or_value_names_the_arm_and_the_key(tmp_path, spec, says):
+    with pytest.raises(SystemExit, match=says):
+        check_arms(_args(), [parse_arm("base:"), parse_arm(spec)], tmp_path)
+
+
+def test_arms_are_checked_before_anything_runs_or_is_written(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="--arm lr: unknown key"):
+        main(["--arm", "base:", "--arm", "lr:train.lerning_rate=1e-4", "--out", str(out)])
+    assert not out.exists()
+    with pytest.raises(SystemExit, match="the name is taken by arm 2/0"):
+        check_arms(_args(), [Arm("2/0"), Arm("2-0")], tmp_path)
+    with pytest.raises(SystemExit, match="not both"):
+        main(["--arm", "base:", "--configs", "2/0,1/1", "--out", str(out)])
+
+
+def test_arm_overrides_win_over_the_experiments_settings(tmp_path):
+    args = _args("--nodes", "2", "--group-size", "4")
+    arms = [parse_arm("base:"), parse_arm("big:sampler.group_size=8,round.external_groups=1,train.learning_rate=1e-4")]
+    specs = check_arms(args, arms, tmp_path)
+    base, big = (node_config(args, tmp_path, 0, a, 1, None) for a in arms)
+    assert (base.sampler.group_size, base.round.local_groups, base.round.external_groups) == (4, 2, 0)
+    assert not base.swarm.enabled and base.train.learning_rate == 5e-5
+    assert big.sampler.group_size == 8 and big.swarm.enabled and big.train.learning_rate == 1e-4
+    assert base.seed == big.seed == 1  # node 1 of seed 0 in every arm: the pairs share their seeds
+    assert specs == {
+        "base": "no overrides (isolated: 2 local / 0 external groups)",
+        "big": "sampler.group_size=8,round.external_groups=1,train.learning_rate=0.0001 "
+        "(sharing: 2 local / 1 external groups)",
+    }
+
+
+def test_node_configs_share_identities_across_arms_not_swarms(tmp_path):
+    args = _args("--nodes", "2")
+    iso, share = parse_configs("2/0,1/1")
+    a = node_config(args, tmp_path, 0, iso, 1, None)
+    b = node_config(args, tmp_path, 0, share, 1, "/ip4/127.0.0.1/tcp/1/p2p/QmX")
+    c = node_config(args, tmp_path, 1, share, 1, None)
+    assert a.swarm.identity_path == b.swarm.identity_path != c.swarm.identity_path
+    assert not a.swarm.enabled and b.swarm.enabled and b.swarm.initial_peers
+    assert a.run_dir != b.run_dir and b.swarm.swarm_name != c.swarm.swarm_name
+    assert a.round.local_groups + a.round.external_groups == b.round.local_groups + b.round.external_groups
+    assert a.eval.enabled and a.eval.every_rounds == 0 and (a.eval.questions, a.eval.samples) == (32, 4)
+
+
+def _row(seed, arm, node, rnd, held="", sharing=0, **extra):
     return {
         "seed": seed,
-        "config": config,
+        "arm": arm,
+        "sharing": sharing,
         "node": node,
         "round": rnd,
         "reward_mean": 0.0,
         "solve_rate": 0.0,
         "groups_local_with_signal": 0,
-        "groups_external": 1 if config == "1/1" else 0,
+        "groups_external": sharing,
         "groups_trained": 1,
-        "round_seconds": 1.0,
+        "round_seconds": 360.0,
+        "train_tokens": 100.0,
         "eval_solve_rate": held,
-        "eval_solve_rate_base": 0.1,
+        "eval_solve_rate_base": 0.1 if held != "" else "",
+        **extra,
     }
 
 
-ROWS = [
-    # seed 0: isolated nodes end at 0.2 and 0.4, sharing at 0.5 and 0.5 -> +0.2
-    _row(0, "2/0", 0, 1, 0.1),
-    _row(0, "2/0", 0, 2, 0.2),
-    _row(0, "2/0", 1, 2, 0.4),
-    _row(0, "2/0", 1, 1),
-    _row(0, "1/1", 0, 2, 0.5),
-    _row(0, "1/1", 1, 2, 0.5),
-    _row(0, "1/1", 1, 1, 0.9),
-    # seed 1: 0.3 against 0.3 -> 0; seed 2: 0.5 against 0.4 -> -0.1
-    _row(1, "2/0", 0, 2, 0.3),
-    _row(1, "1/1", 0, 2, 0.3),
-    _row(2, "2/0", 0, 2, 0.5),
-    _row(2, "1/1", 0, 2, 0.4),
-]
+def _finals(arm, values, sharing=0):
+    """(seed, node) -> final held-out rate, evaluated at round 2 (round 1 evaluated at 0.9: not final)."""
+    rows = []
+    for (seed, node), v in values.items():
+        rows.append(_row(seed, arm, node, 1, 0.9, sharing))
+        rows.append(_row(seed, arm, node, 2, v, sharing, eval_solve_rate_basic_arithmetic=v + 0.1))
+    return rows
 
 
-def test_final_solve_rates_take_each_nodes_last_evaluation():
-    finals = final_solve_rates(ROWS)
-    assert finals[(0, "2/0")] == [0.2, 0.4] and finals[(0, "1/1")] == [0.5, 0.5] and finals[(2, "1/1")] == [0.4]
+# base and lr isolated, pairs by (seed, node): +0.1, +0.2, 0.0, +0.1
+# share is a swarm, pairs by seed against base's seed means 0.3, 0.4: +0.2, +0.1
+BASE = _finals("base", {(0, 0): 0.2, (0, 1): 0.4, (1, 0): 0.3, (1, 1): 0.5})
+LR = _finals("lr", {(0, 0): 0.3, (0, 1): 0.6, (1, 0): 0.3, (1, 1): 0.6})
+SHARE = _finals("share", {(0, 0): 0.5, (0, 1): 0.5, (1, 0): 0.4, (1, 1): 0.6}, sharing=1)
+ROWS = BASE + LR + SHARE
 
 
-def test_difference_per_seed_and_its_t_interval_by_hand():
-    diffs, (m, lo, hi) = difference(ROWS, "2/0", "1/1")
-    assert diffs == pytest.approx([0.2, 0.0, -0.1])
-    # mean 0.0333, sd 0.1528, t(2) = 4.303: half-width 4.303 * 0.1528 / sqrt(3) = 0.3795
-    assert m == pytest.approx(0.0333, abs=1e-4) and hi - m == pytest.approx(0.3795, abs=1e-3) and m - lo == hi - m
-    assert mean_ci([0.25]) == (0.25, 0.25, 0.25)
+def test_final_values_take_each_nodes_last_evaluation():
+    finals = final_values(ROWS)
+    assert finals[(0, "base", 1)] == 0.4 and finals[(1, "share", 0)] == 0.4 and len(finals) == 12
+    assert final_values(ROWS, "eval_solve_rate_basic_arithmetic")[(0, "lr", 1)] == pytest.approx(0.7)
+
+
+def test_isolated_arms_pair_by_seed_and_node_by_hand():
+    d = difference(ROWS, "base", "lr")
+    assert d.unit == "node" and d.keys == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert d.diffs == pytest.approx([0.1, 0.2, 0.0, 0.1])
+    # mean 0.1, sd sqrt(0.02 / 3) = 0.08165, t(3) = 3.182: half-width 3.182 * 0.08165 / 2 = 0.1299
+    assert d.mean == pytest.approx(0.1) and d.hi - d.mean == pytest.approx(0.1299, abs=1e-4)
+    assert d.units() == "4 (seed, node) pairs"
+
+
+def test_a_sharing_arm_pairs_by_seed_by_hand():
+    d = difference(ROWS, "base", "share")
+    assert d.unit == "seed" and d.keys == [(0,), (1,)] and d.diffs == pytest.approx([0.2, 0.1])
+    # mean 0.15, sd 0.0707, t(1) = 12.706: half-width 12.706 * 0.0707 / sqrt(2) = 0.6353
+    assert d.mean == pytest.approx(0.15) and d.hi - d.mean == pytest.approx(0.6353, abs=1e-3)
+    assert d.units() == "2 seeds" and mean_ci([0.25]) == (0.25, 0.25, 0.25)
+    one = difference([r for r in ROWS if r["seed"] == 0], "base", "share")
+    assert one.n == 1 and one.interval() == "no interval from one seed"
 
 
 def test_training_solve_rate_difference_by_hand():
     rows = [dict(_row(0, "2/0", n, r), solve_rate=v) for n, r, v in ((0, 1, 0.0), (0, 2, 0.5), (1, 1, 0.25))]
-    rows += [dict(_row(0, "1/1", 0, r), solve_rate=v) for r, v in ((1, 0.5), (2, 0.5))]
-    rows += [dict(_row(1, "2/0", 0, 1), solve_rate=0.5), dict(_row(1, "1/1", 0, 1), solve_rate=0.25)]
-    diffs, (m, lo, hi) = training_difference(rows, "2/0", "1/1")
-    assert diffs == pytest.approx([0.5 - 0.25, 0.25 - 0.5]) and m == pytest.approx(0.0) and lo < 0 < hi
+    rows += [dict(_row(0, "1/1", 0, r, sharing=1), solve_rate=v) for r, v in ((1, 0.5), (2, 0.5))]
+    rows += [dict(_row(1, "2/0", 0, 1), solve_rate=0.5), dict(_row(1, "1/1", 0, 1, sharing=1), solve_rate=0.25)]
+    # seed 0: isolated nodes 0.25 and 0.25 (mean 0.25) against 0.5; seed 1: 0.5 against 0.25
+    t = training_difference(rows, "2/0", "1/1")
+    assert t.diffs == pytest.approx([0.25, -0.25]) and t.mean == pytest.approx(0.0) and t.lo < 0 < t.hi
+
+
+def test_cost_and_gain_per_node_hour():
+    cost = arm_cost(ROWS, "lr")  # 2 rounds of 360 s per node: 0.2 h; final 0.45 on average against base 0.1
+    assert cost.round_seconds == 360.0 and cost.train_tokens == 100.0 and cost.node_hours == pytest.approx(0.2)
+    assert cost.gain == pytest.approx(0.35) and cost.gain_per_node_hour == pytest.approx(1.75)
 
 
 def test_outputs(tmp_path):
-    lines = write_outputs(ROWS, tmp_path, "title", ["2/0", "1/1"])
+    specs = {"base": "no overrides", "lr": "train.learning_rate=0.0001", "share": "round.external_groups=1"}
+    lines = write_outputs(ROWS, tmp_path, "title", ["base", "lr", "share"], specs)
     with open(tmp_path / "experiment.csv") as f:
         read = list(csv.DictReader(f))
-    assert list(read[0]) == list(CSV_FIELDS) and len(read) == len(ROWS)
+    assert list(read[0]) == [*CSV_FIELDS, "eval_solve_rate_basic_arithmetic"] and len(read) == len(ROWS)
     assert (tmp_path / "experiment.png").stat().st_size > 1000
-    assert any(line.startswith("1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds") for line in lines)
+    summary = (tmp_path / "summary.txt").read_text()
+    assert summary.startswith("title\narm base: no overrides\narm lr: train.learning_rate=0.0001\n")
+    assert "base: final held-out solve rate 0.350 (95% CI 0.145..0.555) over 4 nodes (independent runs)" in summary
+    assert "share: final held-out solve rate 0.500 (95% CI 0.500..0.500) over 2 seeds" in summary
+    assert "1.75" in next(line for line in lines if line.startswith("lr: final"))  # gain per node-hour
+    assert "lr - base: +0.100 (95% CI -0.030..+0.230) over 4 (seed, node) pairs" in summary
+    assert "share - base: +0.150 (95% CI -0.485..+0.785) over 2 seeds" in summary
+    assert "  per dataset: basic_arithmetic +0.100 (95% CI -0.030..+0.230)" in summary
     assert lines[-1].startswith("  training solve rate over all rounds")
-    assert (tmp_path / "summary.txt").read_text().startswith("title\n")
 
 
 def test_outputs_without_matplotlib_say_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
-    lines = write_outputs(ROWS, tmp_path, "title", ["2/0", "1/1"])
+    lines = write_outputs(ROWS, tmp_path, "title", ["base", "lr"])
     assert lines[-1] == PLOT_NEEDS_MATPLOTLIB and "pip install 'sapo-swarm[experiment]'" in lines[-1]
     assert not (tmp_path / "experiment.png").exists()
     assert (tmp_path / "experiment.csv").is_file() and (tmp_path / "summary.txt").is_file()
 
 
-def test_node_configs_share_identities_across_configurations_not_swarms(tmp_path):
-    args = build_parser().parse_args(["--nodes", "2"])
-    args.stamp = "x"
-    a = node_config(args, tmp_path, 0, "2/0", 1, 2, 0, None)
-    b = node_config(args, tmp_path, 0, "1/1", 1, 1, 1, "/ip4/127.0.0.1/tcp/1/p2p/QmX")
-    c = node_config(args, tmp_path, 1, "1/1", 1, 1, 1, None)
-    assert a.swarm.identity_path == b.swarm.identity_path != c.swarm.identity_path
-    assert not a.swarm.enabled and b.swarm.enabled and b.swarm.initial_peers
-    assert a.run_dir != b.run_dir and b.swarm.swarm_name != c.swarm.swarm_name
-    assert a.round.local_groups + a.round.external_groups == b.round.local_groups + b.round.external_groups
-    assert a.eval.enabled and a.eval.every_rounds == 50
+OLD_FIELDS = [
+    "seed",
+    "config",
+    "node",
+    "round",
+    "reward_mean",
+    "solve_rate",
+    "groups_local_with_signal",
+    "groups_external",
+    "groups_trained",
+    "round_seconds",
+    "eval_solve_rate",
+    "eval_solve_rate_base",
+]
+
+
+def test_rows_of_several_files_are_summarised_together_old_and_new(tmp_path):
+    """Seeds run at different times: --from-csv merges their rows (a later file's row replaces the
+    same seed, arm, node and round) and summarises them as one run would. A file written before
+    arms (a `config` column of I/J names, no `sharing` column) reads as arms of those names."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    old = [  # seed 0: isolated 0.2, 0.4; sharing 0.5, 0.5 -> +0.2 by seed
+        (0, "2/0", 0, 0.2),
+        (0, "2/0", 1, 0.4),
+        (0, "1/1", 0, 0.5),
+        (0, "1/1", 1, 0.5),
+        (1, "2/0", 0, 0.3),  # replaced by file b's row
+    ]
+    with open(a / "experiment.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=OLD_FIELDS)
+        writer.writeheader()
+        for seed, config, node, held in old:
+            row = dict.fromkeys(OLD_FIELDS, 0)
+            writer.writerow(row | {"seed": seed, "config": config, "node": node, "round": 100, "eval_solve_rate": held})
+    (a / "summary.txt").write_text("SAPO: 4 nodes x 100 rounds x 1 seeds, m\n1/1 - 2/0: +0.2\n")
+    # seeds 1 and 2 in the new format: 0.3 against 0.3 -> 0; 0.5 against 0.4 -> -0.1
+    rows = [_row(1, "2/0", 0, 100, 0.3), _row(1, "1/1", 0, 100, 0.3, 1), _row(2, "2/0", 0, 100, 0.5)]
+    write_outputs(rows + [_row(2, "1/1", 0, 100, 0.4, 1)], b, "title b", ["2/0", "1/1"], {"1/1": "J=1"})
+    out = tmp_path / "merged"
+    assert main(["--from-csv", str(a / "experiment.csv"), str(b / "experiment.csv"), "--out", str(out)]) == 0
+    with open(out / "experiment.csv") as f:
+        merged = list(csv.DictReader(f))
+    assert len(merged) == 8 and {r["arm"] for r in merged} == {"2/0", "1/1"}
+    summary = (out / "summary.txt").read_text()
+    assert summary.startswith("SAPO: 4 nodes x 100 rounds x 3 seeds, m (seeds 0, 1, 2 from 2 file(s))\n")
+    assert "arm 1/1: J=1" in summary
+    assert "1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds" in summary
+    # --configs (or --arm) names pick the arms and their order
+    assert main(["--from-csv", str(a / "experiment.csv"), "--configs", "1/1,2/0", "--out", str(out)]) == 0
+    assert "2/0 - 1/1: -0.200 (no interval from one seed) over 1 seed" in (out / "summary.txt").read_text()
+    (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
+    with pytest.raises(SystemExit, match="not an experiment.csv"):
+        main(["--from-csv", str(tmp_path / "bad.csv"), "--out", str(out)])
+
+
+_DRY = ["--model", "tiny-random", "--nodes", "2", "--rounds", "2", "--eval-questions", "1", "--eval-samples", "1"]
+_DRY += ["--group-size", "2", "--max-new-tokens", "4", "--threads", "1"]
+
+
+def test_a_dry_run_of_two_recipe_arms_end_to_end(tmp_path, data_dir):
+    """Two isolated arms, 2 nodes x 2 seeds x 2 rounds: each arm's nodes really ran with its settings
+    (the run directories' config snapshots), and the arms compare pair by pair on (seed, node)."""
+    out = tmp_path / "out"
+    argv = [*_DRY, "--seeds", "2", "--eval-every", "0", "--out", str(out)]
+    assert main([*argv, "--arm", "base:", "--arm", "lr:train.learning_rate=1e-3,train.steps_per_round=1"]) == 0
+    with open(out / "experiment.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["seed"], r["arm"], r["round"], r["node"]) for r in rows] == [
+        (str(s), a, str(r), str(n)) for s in (0, 1) for a in ("base", "lr") for r in (1, 2) for n in (0, 1)
+    ]
+    assert all(r["eval_solve_rate"] != "" and r["sharing"] == "0" for r in rows)
+    assert all(r[f"eval_solve_rate_{d}"] != "" for r in rows for d in ("basic_arithmetic", "calendar_arithmetic"))
+    for seed in (0, 1):
+        for node in (0, 1):
+            base = tomllib.loads((out / "runs" / f"seed{seed}-base" / f"node{node}" / "config.toml").read_text())
+            lr = tomllib.loads((out / "runs" / f"seed{seed}-lr" / f"node{node}" / "config.toml").read_text())
+            assert base["train"]["learning_rate"] == 5e-5 and base["train"]["steps_per_round"] == 2
+            assert lr["train"]["learning_rate"] == 1e-3 and lr["train"]["steps_per_round"] == 1
+            assert base["seed"] == lr["seed"] == seed * 1000 + node and not lr["swarm"]["enabled"]
+    summary = (out / "summary.txt").read_text()
+    assert "arm lr: train.learning_rate=0.001,train.steps_per_round=1 (isolated" in summary
+    assert "lr - base: " in summary and "over 4 (seed, node) pairs" in summary
+    assert (out / "experiment.png").is_file()
 
 
 @pytest.mark.network
-def test_a_dry_run_of_two_seeds_end_to_end(tmp_path, data_dir):
+def test_a_dry_run_of_two_seeds_isolated_against_sharing(tmp_path, data_dir):
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "--model",
-                "tiny-random",
-                "--nodes",
-                "2",
-                "--seeds",
-                "2",
-                "--rounds",
-                "2",
-                "--configs",
-                "1/0,1/1",
-                "--eval-every",
-                "1",
-                "--eval-questions",
-                "1",
-                "--eval-samples",
-                "1",
-                "--group-size",
-                "2",
-                "--max-new-tokens",
-                "4",
-                "--threads",
-                "1",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main([*_DRY, "--seeds", "2", "--configs", "1/0,1/1", "--eval-every", "1", "--out", str(out)]) == 0
     with open(out / "experiment.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 2 * 2 * 2 * 2  # seeds x configs x nodes x rounds
+    assert len(rows) == 2 * 2 * 2 * 2  # seeds x arms x nodes x rounds
     assert all(r["eval_solve_rate"] != "" for r in rows)
-    assert "1/1 - 1/0" in (out / "summary.txt").read_text()
+    assert {r["sharing"] for r in rows if r["arm"] == "1/1"} == {"1"}
+    summary = (out / "summary.txt").read_text()
+    assert "1/1 - 1/0: " in summary and "over 2 seeds" in summary
     assert (out / "experiment.png").is_file()
 
 
 @pytest.mark.network
 def test_runs_in_parallel_processes_write_the_same_rows(tmp_path, data_dir):
-    """--jobs 2: each (seed, configuration) in a spawned process of its own; the rows come back in
-    the order one process writes them, the sharing run's identities made before the runs start."""
+    """--jobs 2: each (seed, arm) in a spawned process of its own; the rows come back in the order
+    one process writes them, the sharing run's identities made before the runs start."""
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "--model",
-                "tiny-random",
-                "--nodes",
-                "2",
-                "--seeds",
-                "1",
-                "--rounds",
-                "2",
-                "--configs",
-                "1/0,1/1",
-                "--eval-every",
-                "2",
-                "--eval-questions",
-                "1",
-                "--eval-samples",
-                "1",
-                "--group-size",
-                "2",
-                "--max-new-tokens",
-                "4",
-                "--threads",
-                "1",
-                "--jobs",
-                "2",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    argv = [*_DRY, "--seeds", "1", "--configs", "1/0,1/1", "--eval-every", "2", "--jobs", "2", "--out", str(out)]
+    assert main(argv) == 0
     with open(out / "experiment.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["config"], r["round"], r["node"]) for r in rows] == [
+    assert [(r["arm"], r["round"], r["node"]) for r in rows] == [
         (c, str(r), str(n)) for c in ("1/0", "1/1") for r in (1, 2) for n in (0, 1)
     ]
     assert sorted(p.name for p in (out / "identities").iterdir()) == ["seed0-node0.key", "seed0-node1.key"]
     assert "1/1 - 1/0" in (out / "summary.txt").read_text()
-
-
-def test_rows_of_several_files_are_summarised_together(tmp_path):
-    """Seeds run at different times: --from-csv merges their rows (a later file's row replaces the
-    same seed, configuration, node and round) and summarises them as one run would."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    write_outputs(ROWS[:7], a, "SAPO: 4 nodes x 100 rounds x 1 seeds, m", ["2/0", "1/1"])  # seed 0
-    write_outputs(ROWS[5:], b, "title b", ["2/0", "1/1"])  # seeds 1 and 2, and two of seed 0's rows again
-    out = tmp_path / "merged"
-    assert main(["--from-csv", str(a / "experiment.csv"), str(b / "experiment.csv"), "--out", str(out)]) == 0
-    with open(out / "experiment.csv") as f:
-        assert len(list(csv.DictReader(f))) == len(ROWS)
-    summary = (out / "summary.txt").read_text()
-    assert summary.startswith("SAPO: 4 nodes x 100 rounds x 3 seeds, m (seeds 0, 1, 2 from 2 file(s))")
-    assert "1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds" in summary
-    (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
-    with pytest.raises(SystemExit, match="not an experiment.csv"):
-        main(["--from-csv", str(tmp_path / "bad.csv"), "--out", str(out)])

@@ -1,0 +1,395 @@
+"""The measure of `sapo-experiment` and what it writes: final held-out solve rates, each arm's
+difference from the first arm over paired replicates with a 95 % t-interval, `experiment.csv`,
+`summary.txt` and `experiment.png`; and reading experiment.csv files back (`--from-csv`).
+
+The replication unit (docs/experiment.md, "Recipe lab"): an isolated arm's nodes are independent
+runs (own seed, own questions, own LoRA), so each node is a replicate; the nodes of a sharing arm
+train on each other's groups, so there the seed is the replicate (the mean over its nodes). Node
+i of seed s has the same seeds in every arm, so two isolated arms are compared pair by pair on
+(seed, node): common random numbers, the pair differs by the recipe. Where either arm shares, the
+pairs are seeds (each arm's mean over its nodes).
+
+Imports only the standard library (matplotlib where it draws): `--from-csv` needs no torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from sapo_core.config import PAPER_SPECIALTIES
+
+CSV_FIELDS = (
+    "seed",
+    "arm",
+    "sharing",
+    "node",
+    "round",
+    "reward_mean",
+    "solve_rate",
+    "groups_local_with_signal",
+    "groups_external",
+    "groups_trained",
+    "round_seconds",
+    "train_tokens",
+    "eval_solve_rate",
+    "eval_solve_rate_base",
+)
+# then one `eval_solve_rate_<dataset>` column per dataset evaluated (the node's `eval/<dataset>/solve_rate`)
+DATASET_PREFIX = "eval_solve_rate_"
+_INT_FIELDS = ("seed", "sharing", "node", "round")
+# columns an experiment.csv written before arms may lack (filled with "" when read)
+_OPTIONAL_FIELDS = ("sharing", "train_tokens")
+
+# two-sided 95 % quantiles of Student's t by degrees of freedom (larger: the normal's 1.96)
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float, float]:
+    """Mean and its two-sided 95 % t-interval (the mean itself for one value)."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, m, m
+    df = len(xs) - 1
+    t = _T975.get(df) or next((v for k, v in sorted(_T975.items()) if k >= df), 1.96)
+    half = t * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+def dataset_columns(rows: list[dict]) -> list[str]:
+    """The per-dataset held-out columns present in the rows, in the datasets' usual order."""
+    present = {k for r in rows for k in r if k.startswith(DATASET_PREFIX)}
+    return [DATASET_PREFIX + d for d in PAPER_SPECIALTIES if DATASET_PREFIX + d in present]
+
+
+def arm_sharing(rows: list[dict]) -> dict[str, bool]:
+    """arm -> whether its nodes shared (a swarm): the `sharing` column; in a file written before it
+    existed, J > 0 in an I/J configuration's name, else any external group trained."""
+    out: dict[str, bool] = {}
+    for r in rows:
+        arm, flag = r["arm"], r.get("sharing", "")
+        if flag != "":
+            out[arm] = out.get(arm, False) or bool(int(flag))
+            continue
+        ij = re.fullmatch(r"(\d+)/(\d+)", arm)
+        out[arm] = out.get(arm, False) or (int(ij.group(2)) > 0 if ij else float(r["groups_external"] or 0) > 0)
+    return out
+
+
+# --- the measure ----------------------------------------------------------------------------------
+
+NodeKey = tuple[int, str, int]  # (seed, arm, node)
+
+
+def final_values(rows: list[dict], column: str = "eval_solve_rate") -> dict[NodeKey, float]:
+    """(seed, arm, node) -> `column` at the node's last round where it was measured."""
+    last: dict[NodeKey, tuple[int, float]] = {}
+    for r in rows:
+        v = r.get(column, "")
+        if v != "":
+            key = (int(r["seed"]), r["arm"], int(r["node"]))
+            if key not in last or int(r["round"]) >= last[key][0]:
+                last[key] = (int(r["round"]), float(v))
+    return {k: v for k, (_, v) in sorted(last.items())}
+
+
+def training_values(rows: list[dict]) -> dict[NodeKey, float]:
+    """(seed, arm, node) -> the node's training solve rate (its own questions) over all its rounds."""
+    per: dict[NodeKey, list[float]] = {}
+    for r in rows:
+        per.setdefault((int(r["seed"]), r["arm"], int(r["node"])), []).append(float(r["solve_rate"]))
+    return {k: statistics.fmean(v) for k, v in sorted(per.items())}
+
+
+def unit_values(values: dict[NodeKey, float], arm: str, sharing: bool) -> dict[tuple, float]:
+    """An arm's replicates: (seed, node) -> the node's value where isolated; (seed,) -> the mean over
+    the seed's nodes where sharing (one swarm: its nodes are not independent)."""
+    if not sharing:
+        return {(s, n): v for (s, a, n), v in values.items() if a == arm}
+    per_seed: dict[tuple, list[float]] = {}
+    for (s, a, _n), v in values.items():
+        if a == arm:
+            per_seed.setdefault((s,), []).append(v)
+    return {k: statistics.fmean(v) for k, v in per_seed.items()}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One arm against the baseline: the paired replicates' differences and their mean's 95 % CI."""
+
+    unit: str  # "node" (both arms isolated: pairs of (seed, node)) or "seed"
+    keys: list[tuple]
+    diffs: list[float]
+    mean: float
+    lo: float
+    hi: float
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+    def interval(self) -> str:
+        """'95% CI -0.1..+0.2', or why there is none."""
+        return f"95% CI {self.lo:+.3f}..{self.hi:+.3f}" if self.n >= 2 else f"no interval from one {self.unit}"
+
+    def units(self) -> str:
+        """'8 (seed, node) pairs' or '3 seeds'."""
+        if self.unit == "node":
+            return f"{self.n} (seed, node) pair{'s' * (self.n != 1)}"
+        return f"{self.n} seed{'s' * (self.n != 1)}"
+
+
+def compare(values: dict[NodeKey, float], sharing: dict[str, bool], baseline: str, arm: str) -> Comparison:
+    """arm - baseline, paired: by (seed, node) when both are isolated (node i of seed s has the same
+    seeds in both), else by seed (each arm's mean over the seed's nodes)."""
+    both_isolated = not sharing.get(baseline, False) and not sharing.get(arm, False)
+    if both_isolated:
+        a, b = unit_values(values, arm, False), unit_values(values, baseline, False)
+    else:  # an isolated arm's seed mean is as good a seed replicate as a sharing arm's
+        a, b = unit_values(values, arm, True), unit_values(values, baseline, True)
+    keys = sorted(set(a) & set(b))
+    diffs = [a[k] - b[k] for k in keys]
+    m, lo, hi = mean_ci(diffs) if diffs else (math.nan, math.nan, math.nan)
+    return Comparison("node" if both_isolated else "seed", keys, diffs, m, lo, hi)
+
+
+def difference(rows: list[dict], baseline: str, arm: str, column: str = "eval_solve_rate") -> Comparison:
+    """arm - baseline in final held-out `column`, paired as `compare` says."""
+    return compare(final_values(rows, column), arm_sharing(rows), baseline, arm)
+
+
+def training_difference(rows: list[dict], baseline: str, arm: str) -> Comparison:
+    """The paper's kind of measure beside the held-out one: the training solve rate of each node's
+    own questions over all rounds, arm - baseline, paired as `compare` says. Each node's curriculum
+    sets how hard its questions are, so a node that climbs faster can show less here while
+    learning more (the held-out set does not move)."""
+    return compare(training_values(rows), arm_sharing(rows), baseline, arm)
+
+
+@dataclass(frozen=True)
+class ArmCost:
+    """What an arm's rounds cost, and its held-out gain per node-hour of rounds."""
+
+    round_seconds: float  # mean per node-round, evaluation not counted
+    train_tokens: float | None  # mean tokens the update processed per node-round (all K steps)
+    node_hours: float  # mean per node, rounds only
+    gain: float | None  # mean final held-out solve rate - the base model's
+
+    @property
+    def gain_per_node_hour(self) -> float | None:
+        return self.gain / self.node_hours if self.gain is not None and self.node_hours > 0 else None
+
+
+def arm_cost(rows: list[dict], arm: str) -> ArmCost:
+    mine = [r for r in rows if r["arm"] == arm]
+    hours: dict[tuple, float] = {}
+    for r in mine:
+        key = (int(r["seed"]), int(r["node"]))
+        hours[key] = hours.get(key, 0.0) + float(r["round_seconds"] or 0) / 3600
+    tokens = [float(r["train_tokens"]) for r in mine if r.get("train_tokens", "") != ""]
+    finals, bases = final_values(mine), final_values(mine, "eval_solve_rate_base")
+    gains = [finals[k] - bases[k] for k in finals if k in bases]
+    return ArmCost(
+        round_seconds=statistics.fmean(float(r["round_seconds"] or 0) for r in mine) if mine else 0.0,
+        train_tokens=statistics.fmean(tokens) if tokens else None,
+        node_hours=statistics.fmean(hours.values()) if hours else 0.0,
+        gain=statistics.fmean(gains) if gains else None,
+    )
+
+
+def _short(column: str) -> str:
+    return column.removeprefix(DATASET_PREFIX)
+
+
+def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
+    """Per arm its final held-out solve rate over its replicates, per dataset, and its cost; per
+    arm after the first its difference from the first, overall and per dataset."""
+    sharing = arm_sharing(rows)
+    finals = final_values(rows)
+    columns = dataset_columns(rows)
+    per_dataset = {c: final_values(rows, c) for c in columns}
+    lines = []
+    for arm in arms:
+        units = unit_values(finals, arm, sharing.get(arm, False))
+        if not units:
+            continue
+        m, lo, hi = mean_ci(list(units.values()))
+        unit = "seeds (a sharing arm's nodes are one swarm)" if sharing.get(arm) else "nodes (independent runs)"
+        mine = [r for r in rows if r["arm"] == arm]
+        ext = statistics.fmean(float(r["groups_external"] or 0) for r in mine)
+        cost = arm_cost(rows, arm)
+        tokens = f", {cost.train_tokens:.0f} trained tokens" if cost.train_tokens is not None else ""
+        gain = (
+            f"; gain over the base model {cost.gain:+.3f} in {cost.node_hours:.2f} node-hours of rounds: "
+            f"{cost.gain_per_node_hour:+.3f} per node-hour"
+            if cost.gain_per_node_hour is not None
+            else ""
+        )
+        lines.append(
+            f"{arm}: final held-out solve rate {m:.3f} (95% CI {lo:.3f}..{hi:.3f}) over {len(units)} {unit}; "
+            f"{ext:.2f} external groups, {cost.round_seconds:.1f} s{tokens} per node-round{gain}"
+        )
+        if columns:
+            parts = []
+            for c in columns:
+                xs = list(unit_values(per_dataset[c], arm, sharing.get(arm, False)).values())
+                if xs:
+                    parts.append(f"{_short(c)} {statistics.fmean(xs):.3f}")
+            lines.append("  per dataset: " + ", ".join(parts))
+    for arm in arms[1:]:
+        d = difference(rows, arms[0], arm)
+        if d.n:
+            listed = "; per unit " + ", ".join(f"{x:+.3f}" for x in d.diffs) if d.n <= 24 else ""
+            lines.append(f"{arm} - {arms[0]}: {d.mean:+.3f} ({d.interval()}) over {d.units()}{listed}")
+        parts = []
+        for c in columns:
+            dc = difference(rows, arms[0], arm, c)
+            if dc.n:
+                parts.append(f"{_short(c)} {dc.mean:+.3f} ({dc.interval()})")
+        if parts:
+            lines.append("  per dataset: " + ", ".join(parts))
+        t = training_difference(rows, arms[0], arm)
+        if t.n:
+            lines.append(
+                f"  training solve rate over all rounds (own questions, each node's curriculum), "
+                f"{arm} - {arms[0]}: {t.mean:+.3f} ({t.interval()}) over {t.units()}"
+            )
+    return lines
+
+
+# --- the files ------------------------------------------------------------------------------------
+
+
+def write_outputs(
+    rows: list[dict], out: Path, title: str, arms: list[str], specs: dict[str, str] | None = None
+) -> list[str]:
+    """experiment.csv, summary.txt (the title, each arm's overrides, the measure) and
+    experiment.png; the summary's lines (and a note where no PNG could be drawn)."""
+    fields = list(CSV_FIELDS) + dataset_columns(rows)
+    with open(out / "experiment.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = summary_lines(rows, arms)
+    header = [f"arm {a}: {(specs or {}).get(a, '')}".rstrip() for a in arms]
+    (out / "summary.txt").write_text("\n".join([title, *header, *lines]) + "\n")
+    if not _plot(rows, out / "experiment.png", title, arms):
+        lines.append(PLOT_NEEDS_MATPLOTLIB)
+    return lines
+
+
+# matplotlib is an optional extra (pyproject.toml): a volunteer's node never draws.
+PLOT_NEEDS_MATPLOTLIB = (
+    "experiment.png not drawn: matplotlib is not installed (pip install 'sapo-swarm[experiment]', "
+    "or pip install matplotlib, then sapo-experiment --from-csv experiment.csv draws it); "
+    "experiment.csv and summary.txt are written"
+)
+
+
+def _plot(rows: list[dict], path: Path, title: str, arms: list[str]) -> bool:
+    """Draws `path`; False, drawing nothing, where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(
+        1, 2, figsize=(10 + 0.6 * max(0, len(arms) - 2), 4.2), dpi=120, gridspec_kw={"width_ratios": [3, 1.2]}
+    )
+    for arm in arms:
+        by_round: dict[int, list[float]] = {}
+        for r in rows:
+            if r["arm"] == arm and r["eval_solve_rate"] != "":
+                by_round.setdefault(int(r["round"]), []).append(float(r["eval_solve_rate"]))
+        xs = sorted(by_round)
+        ax.plot(xs, [statistics.fmean(by_round[x]) for x in xs], marker="o", label=arm)
+    ax.set_xlabel("round")
+    ax.set_ylabel("held-out solve rate (mean over nodes and seeds)")
+    ax.set_title(title, fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ticks = []
+    for k, arm in enumerate(arms[1:]):
+        d = difference(rows, arms[0], arm)
+        ticks.append(f"{arm}\n{d.n} {d.unit}{'s' * (d.n != 1)}")
+        bx.scatter([k] * d.n, d.diffs, color="gray", s=12, label="one replicate" if k == 0 else None)
+        if d.n:
+            yerr = [[d.mean - d.lo], [d.hi - d.mean]]
+            label = "mean, 95% CI" if k == 0 else None
+            bx.errorbar([k + 0.3], [d.mean], yerr=yerr, fmt="o", color="black", capsize=4, label=label)
+    if len(arms) >= 2:
+        bx.axhline(0, color="red", lw=0.8)
+        bx.set_xlim(-0.5, len(arms) - 1.2)
+        bx.set_xticks([k + 0.15 for k in range(len(arms) - 1)], ticks, fontsize=7)
+        bx.set_title(f"final held-out: arm - {arms[0]}", fontsize=8)
+        bx.legend(fontsize=7)
+    else:
+        bx.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def read_rows(paths: list[str]) -> tuple[list[dict], str, dict[str, str]]:
+    """The rows of experiment.csv files, numbers as numbers; a row of a later file replaces the same
+    (seed, arm, node, round) of an earlier one. A file written before arms existed (a `config`
+    column of I/J names) reads as arms of those names. Also the first file's title (summary.txt
+    beside it), which says the settings, and each arm's overrides as its summary.txt says them."""
+    rows: dict[tuple, dict] = {}
+    title = ""
+    specs: dict[str, str] = {}
+    for name in paths:
+        path = Path(name)
+        try:
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                have = set(reader.fieldnames or [])
+                if "config" in have and "arm" not in have:
+                    have = (have - {"config"}) | {"arm"}
+                missing = set(CSV_FIELDS) - set(_OPTIONAL_FIELDS) - have
+                if reader.fieldnames is None or missing:
+                    raise SystemExit(f"sapo-experiment: {path} is not an experiment.csv (columns: {reader.fieldnames})")
+                for r in reader:
+                    if "arm" not in r:
+                        r["arm"] = r.pop("config")
+                    row = {k: r.get(k, "") for k in CSV_FIELDS}
+                    row.update({k: v for k, v in r.items() if k.startswith(DATASET_PREFIX) and k not in row})
+                    for k, v in row.items():
+                        if k in _INT_FIELDS:
+                            row[k] = int(v) if v != "" else ""
+                        elif k != "arm":
+                            row[k] = float(v) if v not in ("", None) else ""
+                    rows[(row["seed"], row["arm"], row["node"], row["round"])] = row
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"sapo-experiment: cannot read {path}: {e}") from None
+        summary = path.with_name("summary.txt")
+        if summary.is_file():
+            text = summary.read_text().splitlines()
+            title = title or next(iter(text), "")
+            for line in text:
+                m = re.fullmatch(r"arm (\S+):(.*)", line)
+                if m:
+                    specs.setdefault(m.group(1), m.group(2).strip())
+    return list(rows.values()), title, specs
