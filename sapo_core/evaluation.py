@@ -262,6 +262,10 @@ def summarize(current: EvalScores, base: EvalScores | None) -> dict[str, float]:
         )
         if base.greedy:
             m["eval/greedy_solve_rate_base"] = _mean(base.greedy)
+        for d, g in gains_by_dataset(current, base).items():
+            if d != "all":
+                m.update({f"eval/{d}/gain": g["gain"], f"eval/{d}/gain_ci_low": g["ci_low"]})
+                m[f"eval/{d}/gain_ci_high"] = g["ci_high"]
     return m
 
 

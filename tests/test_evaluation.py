@@ -109,6 +109,8 @@ def test_summarize_names_the_figures_as_the_interface_says():
     assert m["eval/gain"] == pytest.approx(3 / 8) and m["eval/gain_ci_low"] <= 3 / 8 <= m["eval/gain_ci_high"]
     assert m["eval/greedy_solve_rate"] == 0.75 and m["eval/reward_mean"] == 6 / 8
     assert m["eval/a/solve_rate"] == 0.75 and m["eval/b/solve_rate"] == 0.75
+    assert m["eval/a/gain"] == pytest.approx(0.5) and m["eval/b/gain"] == pytest.approx(0.25)
+    assert m["eval/a/gain_ci_low"] <= 0.5 <= m["eval/a/gain_ci_high"]
     assert (m["eval/questions"], m["eval/samples"]) == (4, 2)
     assert "eval/gain" not in summarize(now, None)
     by = gains_by_dataset(now, base)
