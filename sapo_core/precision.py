@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -43,7 +44,13 @@ class Precision:
 
 
 def cpu_bf16_feature() -> str | None:
-    """The CPU feature that makes bf16 native here ('avx512_bf16', 'amx_bf16', 'bf16' on Arm), or None."""
+    """The CPU feature that makes bf16 native here ('avx512_bf16', 'amx_bf16', 'bf16' on Arm), or None.
+
+    SAPO_CPU_BF16=0 says there is none (with ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 this
+    machine then runs as an AVX2-only desktop would); =1 says there is."""
+    forced = os.environ.get("SAPO_CPU_BF16", "").strip()
+    if forced in ("0", "1"):
+        return "bf16 (SAPO_CPU_BF16=1)" if forced == "1" else None
     cpu = getattr(torch, "cpu", None)
     for name, probe in (("amx_bf16", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported")):
         check = getattr(cpu, probe, None)

@@ -260,3 +260,11 @@ def test_precision_setting():
         TrainConfig(precision="fp16")
     with pytest.raises(ConfigError, match="train.checkpoint_share"):
         TrainConfig(checkpoint_share=1.5)
+
+
+def test_the_bf16_detection_can_be_told(monkeypatch):
+    monkeypatch.setenv("SAPO_CPU_BF16", "0")
+    assert cpu_bf16_feature() is None
+    assert resolve_precision("auto", "cpu").why == "fp32: no native bf16 on this cpu"
+    monkeypatch.setenv("SAPO_CPU_BF16", "1")
+    assert resolve_precision("auto", "cpu").autocast is torch.bfloat16
