@@ -171,15 +171,24 @@ def test_logprobs_agree_with_transformers_and_follow_a_hot_swapped_adapter(small
 
 def test_many_sequences_get_a_cache_each_and_still_agree(small):
     policy, sampler = small
-    prompts = PROMPTS * 3  # 6 prompts x 8 = 48 sequences: above the shared-cache limit
-    params = SamplingParams(n=8, max_new_tokens=6, stop_token_ids=(49151,))
-    groups = sampler.sample(prompts, list(range(6)), params, NullHooks())
+    prompts = PROMPTS  # a group of 40 sequences: above the shared-cache limit on its own
+    params = SamplingParams(n=40, max_new_tokens=6, stop_token_ids=(49151,))
+    groups = sampler.sample(prompts, list(range(2)), params, NullHooks())
     assert sampler.status()["kv_unified"] is False
-    assert [len(g) for g in groups] == [8] * 6 and all(len(s.token_ids) == 6 for g in groups for s in g)
+    assert [len(g) for g in groups] == [40] * 2 and all(len(s.token_ids) == 6 for g in groups for s in g)
     ours = [s.logprobs for g in groups for s in g]
     theirs = [lp for p, g in zip(prompts, groups) for lp in trainer_logprobs(policy, p, [s.token_ids for s in g])]
     assert logprob_drift(ours, theirs) < 0.01  # each sequence got its prompt's cells copied, not lost
     sampler.sample(PROMPTS, [1, 2], SamplingParams(n=2, max_new_tokens=4), NullHooks())
+    assert sampler.status()["kv_unified"] is True
+
+
+def test_many_prompts_are_sampled_in_calls_that_share_one_cache(small):
+    """6 prompts x 8 = 48 sequences (an evaluation's shape) go in calls of at most 32: the
+    context keeps one shared cache instead of growing one per sequence for the process's life."""
+    policy, sampler = small
+    groups = sampler.sample(PROMPTS * 3, list(range(6)), SamplingParams(n=8, max_new_tokens=6), NullHooks())
+    assert [len(g) for g in groups] == [8] * 6
     assert sampler.status()["kv_unified"] is True
 
 
