@@ -47,6 +47,7 @@ from sapo_core.batch import BatchRules, external_token_ids, training_batch
 from sapo_core.checkpoint import Checkpoints, CheckpointState
 from sapo_core.config import NodeConfig, dump_config
 from sapo_core.control.threads import starting_threads
+from sapo_core.cpu import trim_heap
 from sapo_core.evaluation import EvalSettings, Evaluator, HeldOut, eval_within_share, held_out_line
 from sapo_core.figures import PhaseTimer, round_figures
 from sapo_core.fsutil import atomic_write_bytes
@@ -121,6 +122,7 @@ class Node:
         self._sampler = ResilientSampler(cfg.sampler, self.policy, paths.cache_dir(), given, "given by the caller")
         self._sampler.set_threads(threads)
         self._sampler.sync_policy(self.policy)
+        trim_heap()  # what converting and exporting the model freed
         log.info(f"sampler: {self._sampler.reason}")
         self._evaluator = None
         if cfg.eval.enabled:
