@@ -452,3 +452,25 @@ def test_two_rounds_the_second_samples_from_the_updated_adapter(embedded):
     sampler.sync_policy(policy)
     assert sampler.status()["adapter_path"].endswith(f"adapter-v{policy.version}.gguf")
     assert embedded_drift(policy, sampler, params) <= 0.05
+
+
+def test_drift_past_the_limit_on_the_f16_export_is_said_once(tmp_path, caplog):
+    """Nothing to switch to on the F16 export: the first time is a warning, later rounds debug
+    lines (a bf16 update passes the limit on a third of its rounds)."""
+    import logging
+
+    from sapo_core.sampler.resilient import DRIFT_LIMIT, ResilientSampler
+
+    policy = small_policy(seed=6)
+    f16 = SamplerConfig(quantization="f16", threads=1)
+    inner = LlamaCppSampler.create(policy, f16, tmp_path, template_gguf=embedded_gguf())
+    sampler = ResilientSampler(f16, policy, tmp_path, inner, "llama.cpp")
+    try:
+        with caplog.at_level(logging.DEBUG, logger="sapo_core.sampler.resilient"):
+            for _ in range(3):
+                assert not sampler.check_drift(DRIFT_LIMIT * 2)
+        levels = [r.levelno for r in caplog.records if "even on the F16 export" in r.getMessage()]
+        assert levels == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+        assert sampler.inner is inner
+    finally:
+        sampler.close()
