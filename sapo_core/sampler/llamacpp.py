@@ -44,12 +44,6 @@ _GGUF_FTYPES = {"q8_0": 7, "f16": 1}  # sampler.quantization -> llama_ftype (gen
 _session_ids = itertools.count()
 # Sequences decoded together. A CPU is compute-bound well before this; more only grows memory.
 _MAX_SEQS_PER_CALL = 64
-# Prompts per call are cut so their sequences fit the engine's one shared KV cache (its
-# _UNIFIED_MAX_SEQS); above that it switches to a cache per sequence, sized for the longest,
-# and keeps the context for the process's life: a held-out evaluation (96 prompts x 4) made it
-# 64 caches of 512 tokens, the node's peak +0.6 GB (README, `sapo-bench training`). A group
-# larger than this still gets one call of its own.
-_SHARED_CACHE_SEQS = 32
 
 
 def llamacpp_available() -> tuple[bool, str]:
@@ -213,7 +207,12 @@ class LlamaCppSampler:
         max_seqs = min(_MAX_SEQS_PER_CALL, int(self.info.get("max_sequences", _MAX_SEQS_PER_CALL)))
         if params.n > max_seqs:
             raise SamplerError(f"llama.cpp decodes at most {max_seqs} sequences at once; lower sampler.group_size")
-        per_call = max(1, min(max_seqs, _SHARED_CACHE_SEQS) // params.n)
+        # Prompts per call are cut so their sequences fit the engine's one shared KV cache (its
+        # info's shared_cache_sequences); above that it switches to a cache per sequence, sized for
+        # the longest, and keeps the context for the process's life: a held-out evaluation (96
+        # prompts x 4) made it 64 caches of 512 tokens, the node's peak +0.6 GB (README,
+        # `sapo-bench training`). A group larger than that still gets one call of its own.
+        per_call = max(1, min(max_seqs, int(self.info["shared_cache_sequences"])) // params.n)
         stop = sorted(set(params.stop_token_ids or self._eos_ids))
         total = len(prompts) * params.n * params.max_new_tokens
         out: list[list[SampledSequence]] = []

@@ -136,6 +136,7 @@ class Engine:
             "gpu_offload": gpu,
             "n_ctx_train": L.llama_model_n_ctx_train(model),
             "max_sequences": int(L.llama_max_parallel_sequences()),
+            "shared_cache_sequences": _UNIFIED_MAX_SEQS,
             "system_info": L.llama_print_system_info().decode("utf-8", "replace").strip(),
         }
 
