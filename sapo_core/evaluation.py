@@ -251,21 +251,13 @@ def summarize(current: EvalScores, base: EvalScores | None) -> dict[str, float]:
     for d in dict.fromkeys(current.datasets):
         m[f"eval/{d}/solve_rate"] = _mean([x for s, ds in zip(current.solved, current.datasets) if ds == d for x in s])
     if base is not None and base.keys == current.keys:
-        gain, lo, hi = paired_bootstrap(current.per_question, base.per_question)
-        m.update(
-            {
-                "eval/solve_rate_base": _mean([x for s in base.solved for x in s]),
-                "eval/gain": gain,
-                "eval/gain_ci_low": lo,
-                "eval/gain_ci_high": hi,
-            }
-        )
+        m["eval/solve_rate_base"] = _mean([x for s in base.solved for x in s])
         if base.greedy:
             m["eval/greedy_solve_rate_base"] = _mean(base.greedy)
-        for d, g in gains_by_dataset(current, base).items():
-            if d != "all":
-                m.update({f"eval/{d}/gain": g["gain"], f"eval/{d}/gain_ci_low": g["ci_low"]})
-                m[f"eval/{d}/gain_ci_high"] = g["ci_high"]
+        for d, g in gains_by_dataset(current, base).items():  # "all": every question, the overall gain
+            prefix = "eval" if d == "all" else f"eval/{d}"
+            m.update({f"{prefix}/gain": g["gain"], f"{prefix}/gain_ci_low": g["ci_low"]})
+            m[f"{prefix}/gain_ci_high"] = g["ci_high"]
     return m
 
 
