@@ -8,6 +8,10 @@ Each group's advantages are its rewards normalised within the group (grpo.py). W
   exactly the text that was scored (cut to our max_new_tokens), with our stop token only when
   the peer says it finished and we did not cut it. Whole groups only (a group's advantages need
   all of it), within `swarm.max_external_tokens`; each one trained yields a receipt naming it.
+  Where the peer sent its sampler's log-probs and they line up with our tokens (verify.py), they
+  travel as the sequence's behaviour log-probs, marked as a peer's: with
+  `train.peer_correction = tis` the update weights those tokens by the truncated importance
+  ratio (trainer.py).
 Groups without reward spread are left out when there is no KL term: their advantage is exactly
 0 and they would change no weight.
 """
@@ -84,7 +88,11 @@ def training_batch(
         batch.groups += 1
         batch.receipts.append((g.source, g.round, g.index))
         prompt = prompt_of(g.question)
-        batch.sequences.extend(TrainSequence(prompt, x, a, None) for x, a in zip(ids, _advantages(g)))
+        for c, x, a in zip(g.completions, ids, _advantages(g)):
+            lps = None
+            if c.sample_logprobs is not None:  # lined up with our tokens; the stop token's is not sent
+                lps = (list(c.sample_logprobs) + [float("nan")] * len(x))[: len(x)]
+            batch.sequences.append(TrainSequence(prompt, x, a, lps, peer=True))
     return batch
 
 

@@ -226,6 +226,18 @@ class TrainConfig:
         "tokens when answers are short next to the prompt.",
         True,
     )
+    peer_correction: str = _help(
+        "Off-policy correction of peers' completions: none (trained as if ours, the SAPO paper) or tis "
+        "(F-TIS: each peer token weighted by min(our prob / the peer sampler's, peer_ratio_cap), and "
+        "negative-advantage peer completions further than peer_kl_max from our policy left out).",
+        "none",
+    )
+    peer_ratio_cap: float = _help("With peer_correction = tis: the truncation C of a peer token's weight.", 2.0)
+    peer_kl_max: float = _help(
+        "With peer_correction = tis: a negative-advantage peer completion whose estimated KL from our "
+        "policy (nats per token, the k3 estimator) exceeds this is not trained on.",
+        0.5,
+    )
 
     def __post_init__(self) -> None:
         _check(0 < self.learning_rate < 1, "train.learning_rate", "must be in (0, 1)")
@@ -238,6 +250,9 @@ class TrainConfig:
         _check(self.logit_chunk >= 16, "train.logit_chunk", "must be at least 16")
         _check(0 <= self.checkpoint_share <= 1, "train.checkpoint_share", "must be in [0, 1]")
         _check(self.precision in ("auto", "fp32", "bf16"), "train.precision", "must be auto, fp32 or bf16")
+        _check(self.peer_correction in ("none", "tis"), "train.peer_correction", "must be none or tis")
+        _check(self.peer_ratio_cap >= 1, "train.peer_ratio_cap", "must be at least 1")
+        _check(self.peer_kl_max > 0, "train.peer_kl_max", "must be positive")
 
 
 @dataclass(frozen=True)

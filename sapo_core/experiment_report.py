@@ -184,6 +184,43 @@ def training_difference(rows: list[dict], baseline: str, arm: str) -> Comparison
     return compare(training_values(rows), arm_sharing(rows), baseline, arm)
 
 
+def total_rewards(rows: list[dict], arm: str) -> dict[int, float]:
+    """seed -> the SAPO paper's own measure (§4, 'total reward'): the arm's training reward summed
+    over its nodes and rounds, each node-round counting the mean reward of its own completions.
+    Like `training_difference` it follows each node's curriculum; the paper reports it for one run
+    per configuration (8/0 561.79, 4/4 1093.31 over 8 nodes x 2000 rounds)."""
+    out: dict[int, float] = {}
+    for r in rows:
+        if r["arm"] == arm and r.get("reward_mean", "") != "":
+            out[int(r["seed"])] = out.get(int(r["seed"]), 0.0) + float(r["reward_mean"])
+    return dict(sorted(out.items()))
+
+
+def reward_lines(rows: list[dict], arms: list[str]) -> list[str]:
+    """The paper's measure per arm (mean over seeds) and each arm's % over the first, per seed."""
+    totals = {a: total_rewards(rows, a) for a in arms}
+    base = totals.get(arms[0], {}) if arms else {}
+    lines = []
+    for arm in arms:
+        t = totals[arm]
+        if not t:
+            continue
+        nodes = len({(int(r["seed"]), int(r["node"])) for r in rows if r["arm"] == arm}) / len(t)
+        rounds = max(int(r["round"]) for r in rows if r["arm"] == arm)
+        m, lo, hi = mean_ci(list(t.values()))
+        line = (
+            f"{arm}: total training reward (the paper's measure) {m:.2f} (95% CI {lo:.2f}..{hi:.2f}) "
+            f"over {len(t)} seed{'s' * (len(t) != 1)}, {nodes:g} nodes x {rounds} rounds each"
+        )
+        pct = [100 * (t[s] / base[s] - 1) for s in sorted(set(t) & set(base)) if base[s] > 0]
+        if arm != arms[0] and pct:
+            pm, plo, phi = mean_ci(pct)
+            ci = f" (95% CI {plo:+.0f}..{phi:+.0f} %)" if len(pct) > 1 else ""
+            line += f"; {pm:+.0f} %{ci} over {arms[0]}, per seed " + ", ".join(f"{x:+.0f} %" for x in pct)
+        lines.append(line)
+    return lines
+
+
 @dataclass(frozen=True)
 class ArmCost:
     """What an arm's rounds cost, and its held-out gain per node-hour of rounds."""
@@ -272,6 +309,7 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
                 f"  training solve rate over all rounds (own questions, each node's curriculum), "
                 f"{arm} - {arms[0]}: {t.mean:+.3f} ({t.interval()}) over {t.units()}"
             )
+    lines.extend(reward_lines(rows, arms))
     return lines
 
 

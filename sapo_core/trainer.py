@@ -2,8 +2,15 @@
 
 - Old log-probs come from the first step's own forward pass: before the first optimizer
   step the policy *is* the old policy, so detaching those log-probs costs nothing extra
-  (no separate pass), and external completions, which arrive as text without sampling
-  log-probs, get theirs the same way.
+  (no separate pass), and external completions, which arrive as text, get theirs the same way.
+- Peers' completions were sampled by another policy. With `train.peer_correction = tis`
+  (F-TIS, arXiv 2605.22537) each peer token whose sampling log-prob the peer sent carries the
+  weight min(pi_old / pi_peer, C) (truncated importance sampling; C = `peer_ratio_cap`) on its
+  clipped surrogate, and a peer completion with negative advantage whose mean per-token KL
+  estimate (k3) from our policy exceeds `peer_kl_max` gets weight 0. A peer's log-probs are
+  untrusted: a lie moves a token's weight to at most C, or drops its own completion. The
+  normaliser stays every completion token of the round, so a left-out completion counts as a
+  zero, not as a smaller batch.
 - Sequences run in micro-batches with gradient accumulation; log-probs are computed only
   at completion positions, chunk by chunk over the vocabulary (`grpo.token_logprobs`), so
   the batch x length x vocabulary logits never exist at once.
@@ -44,7 +51,8 @@ class TrainSequence:
     prompt_ids: list[int]
     completion_ids: list[int]
     advantage: float
-    sample_logprobs: list[float] | None = None  # from our sampler; None for peers' completions
+    sample_logprobs: list[float] | None = None  # the sampling log-probs (ours, or a peer's where sent); NaN: unknown
+    peer: bool = False  # a peer's completion (its sample_logprobs are the peer sampler's)
 
 
 @dataclass
@@ -57,6 +65,7 @@ class _MicroBatch:
     advantages: torch.Tensor  # (B,)
     sample_logprobs: torch.Tensor  # (N,) NaN where unknown
     n_tokens: int  # prompt + completion tokens processed
+    peer_tokens: torch.Tensor | None = None  # (N,) bool: the token belongs to a peer's completion
     position_ids: torch.Tensor | None = None  # (B, L) when packed
 
 
@@ -69,7 +78,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
         length = max(len(s.prompt_ids) + len(s.completion_ids) for s in part)
         ids = torch.full((len(part), length), pad_id, dtype=torch.long)
         att = torch.zeros((len(part), length), dtype=torch.long)
-        rows, targets, owner, slp = [], [], [], []
+        rows, targets, owner, slp, peer = [], [], [], [], []
         for b, s in enumerate(part):
             full = s.prompt_ids + s.completion_ids
             ids[b, : len(full)] = torch.tensor(full)
@@ -81,6 +90,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
             owner.extend([b] * len(s.completion_ids))
             lp = s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * len(s.completion_ids)
             slp.extend(lp)
+            peer.extend([s.peer] * len(s.completion_ids))
         out.append(
             _MicroBatch(
                 input_ids=ids,
@@ -91,6 +101,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
                 advantages=torch.tensor([s.advantage for s in part], dtype=torch.float32),
                 sample_logprobs=torch.tensor(slp, dtype=torch.float32),
                 n_tokens=int(att.sum()),
+                peer_tokens=torch.tensor(peer, dtype=torch.bool),
             )
         )
     return out
@@ -141,7 +152,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
         allowed = torch.zeros((length, length), dtype=torch.bool)
         for a, p in prompts:
             allowed[a : a + p, a : a + p] = torch.ones((p, p), dtype=torch.bool).tril()
-        pred, targets, owner, slp = [], [], [], []
+        pred, targets, owner, slp, peer = [], [], [], [], []
         for k, (a, p, b, c, i) in enumerate(spans):
             allowed[b : b + c, a : a + p] = True
             allowed[b : b + c, b : b + c] = torch.ones((c, c), dtype=torch.bool).tril()
@@ -150,6 +161,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
             targets.extend(s.completion_ids)
             owner.extend([k] * c)
             slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
+            peer.extend([s.peer] * c)
         mask = torch.zeros((1, 1, length, length), dtype=dtype)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         out.append(
@@ -163,6 +175,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
                 sample_logprobs=torch.tensor(slp, dtype=torch.float32),
                 n_tokens=length,
                 position_ids=torch.tensor([pos], dtype=torch.long),
+                peer_tokens=torch.tensor(peer, dtype=torch.bool),
             )
         )
     return out
@@ -220,6 +233,8 @@ class Trainer:
             ref = [self._reference_logprobs(mb) for mb in mbs]
         sums = {"loss": 0.0, "kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "ratio": 0.0, "grad_norm": 0.0}
         drift_sum, drift_n, tokens = 0.0, 0, 0
+        weights: list[torch.Tensor | None] = []
+        peer_figures: dict[str, float] = {}
         t0 = time.perf_counter()
         steps = self.cfg.steps_per_round
         for step in range(steps):
@@ -232,6 +247,9 @@ class Trainer:
                 if step == 0:
                     old.append(logp.detach())
                     known = ~torch.isnan(mb.sample_logprobs)
+                    if mb.peer_tokens is not None:
+                        known &= ~mb.peer_tokens  # the drift is our sampler's against our trainer
+                    weights.append(self._peer_weights(mb, old[i], peer_figures))
                     if known.any():
                         drift_sum += float((mb.sample_logprobs[known] - old[i][known]).abs().sum())
                         drift_n += int(known.sum())
@@ -241,6 +259,8 @@ class Trainer:
                 loss_tok, st = grpo.clipped_surrogate(
                     logp[:, None], old[i][:, None], adv, mask[:, None], self.cfg.epsilon_low, self.cfg.epsilon_high
                 )
+                if weights[i] is not None:
+                    loss_tok = loss_tok * weights[i][:, None]
                 loss = loss_tok.sum()
                 if self.cfg.kl_beta > 0:
                     kl = grpo.kl_k3(logp, ref[i], mask).sum()
@@ -277,7 +297,21 @@ class Trainer:
             out["loss/kl"] = sums["kl"]
         if drift_n:
             out["sampler/logprob_drift"] = drift_sum / drift_n
+        out.update(_peer_summary(peer_figures))
         return out
+
+    def _peer_weights(self, mb: _MicroBatch, old: torch.Tensor, figures: dict[str, float]) -> torch.Tensor | None:
+        """(N,) the F-TIS weight of each token of `mb` (1 for ours), or None where nothing is
+        corrected; adds to `figures` what `_peer_summary` reports."""
+        peer = mb.peer_tokens
+        if self.cfg.peer_correction != "tis" or peer is None or not bool(peer.any()):
+            return None
+        w, stats = tis_weights(
+            old, mb.sample_logprobs, peer, mb.seq_of_token, mb.advantages, self.cfg.peer_ratio_cap, self.cfg.peer_kl_max
+        )
+        for k, v in stats.items():
+            figures[k] = figures.get(k, 0.0) + v
+        return w
 
     def completion_logprobs(self, seqs: list[TrainSequence], hooks: RoundHooks | None = None) -> list[list[float]]:
         """Log-likelihood of each completion token of each sequence under the current policy (at
@@ -315,6 +349,65 @@ class Trainer:
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)
+
+
+def tis_weights(
+    old: torch.Tensor,  # (N,) our log-probs at the start of the update
+    behaviour: torch.Tensor,  # (N,) the sampler's log-probs, NaN where unknown
+    peer: torch.Tensor,  # (N,) bool, the token is a peer's
+    seq_of_token: torch.Tensor,  # (N,) sequence index of each token
+    advantages: torch.Tensor,  # (S,) one per sequence
+    cap: float,
+    kl_max: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(N,) F-TIS token weights and their counts (module docstring). Our own tokens and peer
+    tokens without a sent log-prob weigh 1; a peer token min(exp(old - behaviour), cap); every
+    token of a peer sequence with advantage < 0 whose mean k3 = r - 1 - log r over its known
+    tokens (r = pi_old / pi_peer, an estimate of KL(peer || ours) per token) exceeds kl_max, 0."""
+    dev = old.device
+    behaviour, peer, seq_of_token, advantages = (t.to(dev) for t in (behaviour, peer, seq_of_token, advantages))
+    w = torch.ones_like(old)
+    known = peer & ~torch.isnan(behaviour)
+    log_r = (old - torch.nan_to_num(behaviour)).clamp(max=80.0)  # exp stays finite in fp32
+    r = torch.exp(log_r)
+    w = torch.where(known, r.clamp(max=cap), w)
+    k3 = torch.where(known, r - 1.0 - log_r, torch.zeros_like(r))
+    n_seq = advantages.shape[0]
+    kl_sum = old.new_zeros(n_seq).index_add_(0, seq_of_token, k3)
+    kl_n = old.new_zeros(n_seq).index_add_(0, seq_of_token, known.to(old.dtype))
+    kl = kl_sum / kl_n.clamp(min=1)
+    judged = kl_n > 0
+    peer_seq = old.new_zeros(n_seq).index_add_(0, seq_of_token, peer.to(old.dtype)) > 0
+    drop = judged & (advantages < 0) & (kl > kl_max)
+    w = torch.where(drop[seq_of_token] & peer, torch.zeros_like(w), w)
+    stats = {
+        "peer_tokens": float(peer.sum()),
+        "corrected_tokens": float(known.sum()),
+        "truncated_tokens": float((known & (r > cap)).sum()),
+        "weight_sum": float(w[peer].sum()),
+        "kl_sum": float(kl[judged].sum()),
+        "kl_sequences": float(judged.sum()),
+        "dropped_sequences": float(drop.sum()),
+        "uncorrected_sequences": float((peer_seq & ~judged).sum()),
+    }
+    return w, stats
+
+
+def _peer_summary(f: dict[str, float]) -> dict[str, float]:
+    """The round's F-TIS figures (`train/peer_*`) from `tis_weights`' counts over micro-batches."""
+    if not f.get("peer_tokens"):
+        return {}
+    out = {
+        "train/peer_tokens": f["peer_tokens"],
+        "train/peer_uncorrected": f["uncorrected_sequences"],
+        "train/peer_weight_mean": f["weight_sum"] / f["peer_tokens"],
+        "train/peer_dropped": f["dropped_sequences"],
+    }
+    if f["corrected_tokens"]:
+        out["train/peer_truncated_frac"] = f["truncated_tokens"] / f["corrected_tokens"]
+    if f["kl_sequences"]:
+        out["train/peer_kl_mean"] = f["kl_sum"] / f["kl_sequences"]
+    return out
 
 
 def configure_checkpointing(model: torch.nn.Module, cfg: TrainConfig) -> None:

@@ -200,3 +200,39 @@ def make_run(run_dir: Path, eval_figures: bool = True) -> None:
             )
         store.record_round(r, m, started=t + 100 * r, ended=t + 100 * r + 90)
     store.close()
+
+
+def small_policy(seed=0, vocab=97):
+    """A real transformers LlamaForCausalLM with a peft LoRA adapter, only small; the tokenizer
+    is reduced to the one attribute the trainer reads (pad_token_id)."""
+    from types import SimpleNamespace
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sapo_core.policy import Policy
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    model = get_peft_model(
+        LlamaForCausalLM(cfg),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    return Policy(
+        model=model,
+        tokenizer=SimpleNamespace(pad_token_id=0),
+        model_id="small",
+        gguf_path=None,
+        lora=True,
+        lora_rank=4,
+        lora_alpha=8,
+    )

@@ -18,6 +18,8 @@ from sapo_core.experiment_report import (
     difference,
     final_values,
     mean_ci,
+    reward_lines,
+    total_rewards,
     training_difference,
     write_outputs,
 )
@@ -192,6 +194,18 @@ def test_training_solve_rate_difference_by_hand():
     assert t.diffs == pytest.approx([0.25, -0.25]) and t.mean == pytest.approx(0.0) and t.lo < 0 < t.hi
 
 
+def test_the_papers_total_reward_by_hand():
+    rows = [dict(_row(s, "2/0", n, r), reward_mean=v) for s, n, r, v in ((0, 0, 1, 0.5), (0, 1, 1, 0.5), (1, 0, 1, 1))]
+    rows += [dict(_row(0, "1/1", n, 1, sharing=1), reward_mean=v) for n, v in ((0, 0.75), (1, 0.75))]
+    rows += [dict(_row(1, "1/1", 0, 1, sharing=1), reward_mean=2.0)]
+    assert total_rewards(rows, "2/0") == {0: 1.0, 1: 1.0} and total_rewards(rows, "1/1") == {0: 1.5, 1: 2.0}
+    base, share = reward_lines(rows, ["2/0", "1/1"])
+    # seed 0: 1.5 / 1.0 = +50 %, seed 1: 2.0 / 1.0 = +100 %; mean +75 %, t(1) 12.706 x 35.36 / sqrt 2 = 318
+    assert base.startswith("2/0: total training reward (the paper's measure) 1.00 (95% CI 1.00..1.00) over 2 seeds")
+    assert "1.5 nodes x 1 rounds" in base  # seed 0 had 2 nodes, seed 1 one: said as the mean
+    assert share.endswith("+75 % (95% CI -243..+393 %) over 2/0, per seed +50 %, +100 %")
+
+
 def test_cost_and_gain_per_node_hour():
     cost = arm_cost(ROWS, "lr")  # 2 rounds of 360 s per node: 0.2 h; final 0.45 on average against base 0.1
     assert cost.round_seconds == 360.0 and cost.train_tokens == 100.0 and cost.node_hours == pytest.approx(0.2)
@@ -213,7 +227,8 @@ def test_outputs(tmp_path):
     assert "lr - base: +0.100 (95% CI -0.030..+0.230) over 4 (seed, node) pairs" in summary
     assert "share - base: +0.150 (95% CI -0.485..+0.785) over 2 seeds" in summary
     assert "  per dataset: basic_arithmetic +0.100 (95% CI -0.030..+0.230)" in summary
-    assert lines[-1].startswith("  training solve rate over all rounds")
+    assert lines[-4].startswith("  training solve rate over all rounds")
+    assert lines[-1].startswith("share: total training reward (the paper's measure) 0.00")  # no reward, no %
 
 
 def test_outputs_without_matplotlib_say_what_to_install(tmp_path, monkeypatch):

@@ -25,9 +25,11 @@ pytestmark = pytest.mark.network
 
 
 class ScriptedSampler:
-    """G completions per prompt, 1..G-1 of them with the right answer: groups with signal."""
+    """G completions per prompt, 1..G-1 of them with the right answer: groups with signal. Its
+    log-probs are unknown (NaN), or `LOGPROB` per token where a subclass says so."""
 
     name = "scripted"
+    LOGPROB = math.nan
 
     def __init__(self, node) -> None:
         self.node = node
@@ -41,7 +43,7 @@ class ScriptedSampler:
             right = 1 + k % (params.n - 1)
             texts = [f"Answer: {q.answer}" if i < right else "Answer: -4242" for i in range(params.n)]
             ids = [tok.encode(t, add_special_tokens=False) for t in texts]
-            out.append([SampledSequence(i, [math.nan] * len(i), True) for i in ids])
+            out.append([SampledSequence(i, [self.LOGPROB] * len(i), True) for i in ids])
         return out
 
     def sync_policy(self, policy) -> None:
@@ -52,6 +54,10 @@ class ScriptedSampler:
 
     def close(self) -> None:
         return None
+
+
+class ScriptedSamplerWithLogprobs(ScriptedSampler):
+    LOGPROB = -0.5
 
 
 def _node_config(tmp: Path, i: int, join: str | None, **over) -> NodeConfig:
@@ -75,14 +81,13 @@ def _node_config(tmp: Path, i: int, join: str | None, **over) -> NodeConfig:
     return NodeConfig().replace(**changes)
 
 
-def _start_nodes(tmp: Path, n: int, scripted: bool, **over) -> list:
+def _start_nodes(tmp: Path, n: int, scripted: bool | type, **over) -> list:
     from sapo_core.node import Node
 
     nodes, join = [], None
+    factory = (scripted if isinstance(scripted, type) else ScriptedSampler) if scripted else None
     for i in range(n):
-        node = Node(
-            _node_config(tmp, i, join, **over), NullHooks(), sampler_factory=ScriptedSampler if scripted else None
-        )
+        node = Node(_node_config(tmp, i, join, **over), NullHooks(), sampler_factory=factory)
         node.setup()
         join = join or node.source.join_address
         nodes.append(node)
@@ -121,6 +126,29 @@ def test_three_nodes_train_on_each_others_groups(tmp_path, monkeypatch):
             assert receipts and {peer for peer, *_ in receipts} <= ids - {node.source.node_id}, receipts
             assert all(1 <= our_round <= 3 and 0 <= grp < 2 for _, our_round, grp, _, _ in receipts), receipts
             assert receipt_totals(node.store)["peers"] >= 1
+            assert "train/peer_tokens" not in last  # no correction asked for
+    finally:
+        for node in nodes:
+            node.close()
+
+
+def test_corrected_sharing_weights_peers_tokens_by_their_sent_logprobs(tmp_path, monkeypatch):
+    """train.peer_correction = tis across three real nodes: every peer completion arrives with
+    the sender's log-probs lined up with our tokens, and the update weights them."""
+    monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path / "data"))
+    over = {"model.name": "tiny-random", "swarm.likelihood_floor": 0.0, "train.peer_correction": "tis"}
+    nodes = _start_nodes(tmp_path, 3, scripted=ScriptedSamplerWithLogprobs, **over)
+    try:
+        for _ in range(2):
+            last = [node.run_round() for node in nodes]
+        for m in last:
+            assert m["groups/external"] == 2 and m["swarm/rejected"] == 0, m
+            assert m["swarm/logprobs_unaligned"] == 0  # one tokenizer: every completion lines up
+            assert m["train/peer_tokens"] > 0 and m["train/peer_uncorrected"] == 0
+            # the random model's log-probs are near -log(vocabulary), far below the claimed -0.5:
+            # every ratio is tiny, no token is truncated, and the rest is weighed as estimated
+            assert m["train/peer_truncated_frac"] == 0.0 and 0 < m["train/peer_weight_mean"] < 1
+            assert m["train/peer_kl_mean"] > 0
     finally:
         for node in nodes:
             node.close()

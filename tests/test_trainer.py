@@ -4,45 +4,15 @@ The model is a real transformers LlamaForCausalLM with a peft adapter, only smal
 tokenizer is reduced to the one attribute the trainer reads (pad_token_id).
 """
 
-from types import SimpleNamespace
-
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from sapo_core.config import ConfigError, TrainConfig
 from sapo_core.hooks import NullHooks
-from sapo_core.policy import Policy
 from sapo_core.precision import cpu_bf16_feature, resolve_precision
 from sapo_core.trainer import Trainer, TrainSequence
-
-
-def small_policy(seed=0, vocab=97):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    model = get_peft_model(
-        LlamaForCausalLM(cfg),
-        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
-    )
-    return Policy(
-        model=model,
-        tokenizer=SimpleNamespace(pad_token_id=0),
-        model_id="small",
-        gguf_path=None,
-        lora=True,
-        lora_rank=4,
-        lora_alpha=8,
-    )
+from tests.helpers import small_policy
 
 
 def sequences():

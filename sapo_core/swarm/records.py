@@ -1,9 +1,10 @@
 """What peers exchange: a round's record and its index entry, as compact, versioned msgpack.
 
-A record is text only (the paper shares decoded text): for each group the question's id, its
-text and answer as the sender saw them, and the completions. No rewards, token ids or
-log-probs -- the receiver regenerates the question from its id, re-scores every completion
-with its own rewards and re-tokenises with its own tokenizer (verify.py).
+A record is decoded text (the paper shares text): for each group the question's id, its text
+and answer as the sender saw them, and the completions -- plus, optionally, the sender's
+sampling log-prob of each completion token (below). No rewards or token ids: the receiver
+regenerates the question from its id, re-scores every completion with its own rewards and
+re-tokenises with its own tokenizer (verify.py).
 
 Decoding is strict and bounded: a size limit before anything is parsed, msgpack's own
 length limits while parsing, then a schema check; every failure is a `RecordError` with a
@@ -15,7 +16,8 @@ Wire format, version 2 (msgpack maps with short keys):
   record: {v, p, k:"rec", s: swarm, w: window, id: peer id, r: round,
            g: [[dataset, config digest, seed, index, question text, answer, [completion, ...],
                 [finished, ...]], ...],
-           rc: [[peer id, round, group index], ...]}
+           rc: [[peer id, round, group index], ...],
+           lp: [nil | [log-probs of completion 1, ...], ...]}        (optional, one per group)
   index:  {v, p, k:"idx", s, w, sh: shard, id, r, n: groups, ns: groups with signal, b: record bytes}
 
 Version 2 added per completion whether it ended by itself (`finished`: a
@@ -23,10 +25,26 @@ receiver appends its stop token only then, never to a completion the sender cut)
 receipts `rc`: the external groups the publisher trained on in its previous round, each named
 by (producer's peer id, producer's round, group index in that producer's record). Version 1
 payloads are refused as `wrong_version` (the key prefix changed too, see keys.py).
+
+The log-probs `lp` (added 2026-11-24, still format 2) let a receiver correct for training on
+another policy's samples (truncated importance sampling, trainer.py). They are an optional
+map key, so a node that predates them decodes the record as before and never sees them: old
+and new nodes read, store and replicate each other's records (tests/test_swarm_records.py
+decodes new records with a frozen copy of the older reader). Each completion's log-probs are
+one ASCII string, base64 of little-endian uint16s, -log p in thousandths of a nat (~2.7 bytes
+a token; msgpack bin is refused by every format-2 reader, and a list of 128 numbers would break
+their 64-item array limit). The encoding cannot carry a positive or non-finite value; values
+beyond -`LOGPROB_BOUND` are representable and refused per group by verify.py
+(`bad_logprobs`), as a peer that sends a log-prob count that text could not have. Senders
+clamp at the bound, so an honest peer never trips it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +64,8 @@ MAX_ANSWER_CHARS = 4096
 MAX_NAME_CHARS = 128  # dataset, config digest, swarm name, peer id
 MAX_RECEIPTS = 64  # RoundConfig.external_groups' upper bound: one round trains at most that many
 _INT64 = 2**63
+LOGPROB_BOUND = 40.0  # nats: a sampled token below -40 (p < 4e-18) is implausible, see above
+_LOGPROB_SCALE = 1000  # wire unit: thousandths of a nat
 
 
 class RecordError(ValueError):
@@ -66,6 +86,8 @@ class WireGroup:
     answer: str
     completions: tuple[str, ...]
     finished: tuple[bool, ...]  # per completion: it ended by itself (False: the sender cut it)
+    # per completion: the sender's sampling log-prob of each of its tokens (its tokenizer), or None
+    logprobs: tuple[tuple[float, ...], ...] | None = None
 
 
 Receipt = tuple[str, int, int]  # (producer's peer id, producer's round, group index in its record)
@@ -114,20 +136,43 @@ def _wire_group(g: WireGroup) -> list:
     ]
 
 
+def encode_logprobs(logprobs: Sequence[float]) -> str:
+    """One completion's log-probs on the wire (see the module docstring); clamped to
+    [-LOGPROB_BOUND, 0], non-finite values as the bound."""
+    bound = int(LOGPROB_BOUND * _LOGPROB_SCALE)
+    q = [min(bound, max(0, round(-x * _LOGPROB_SCALE))) if math.isfinite(x) else bound for x in logprobs]
+    return base64.b64encode(struct.pack(f"<{len(q)}H", *q)).decode("ascii")
+
+
+def decode_logprobs(text: Any) -> tuple[float, ...]:
+    """The inverse of `encode_logprobs`; anything else is a `RecordError("malformed")`. Values
+    are not judged here (verify.py does, per group)."""
+    if not isinstance(text, str):
+        raise RecordError("malformed", "log-probs are not a string")
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error, ValueError):
+        raise RecordError("malformed", "log-probs are not base64") from None
+    if len(raw) % 2:
+        raise RecordError("malformed", "log-probs have an odd byte count")
+    return tuple(-q / _LOGPROB_SCALE for q in struct.unpack(f"<{len(raw) // 2}H", raw))
+
+
 def encode_record(record: Record) -> bytes:
-    return _pack(
-        {
-            "v": FORMAT_VERSION,
-            "p": PROTOCOL_VERSION,
-            "k": "rec",
-            "s": record.swarm,
-            "w": record.window,
-            "id": record.peer_id,
-            "r": record.round,
-            "g": [_wire_group(g) for g in record.groups],
-            "rc": [list(r) for r in record.receipts[:MAX_RECEIPTS]],
-        }
-    )
+    obj = {
+        "v": FORMAT_VERSION,
+        "p": PROTOCOL_VERSION,
+        "k": "rec",
+        "s": record.swarm,
+        "w": record.window,
+        "id": record.peer_id,
+        "r": record.round,
+        "g": [_wire_group(g) for g in record.groups],
+        "rc": [list(r) for r in record.receipts[:MAX_RECEIPTS]],
+    }
+    if any(g.logprobs is not None for g in record.groups):
+        obj["lp"] = [None if g.logprobs is None else [encode_logprobs(x) for x in g.logprobs] for g in record.groups]
+    return _pack(obj)
 
 
 def encode_index(entry: IndexEntry) -> bytes:
@@ -149,14 +194,31 @@ def encode_index(entry: IndexEntry) -> bytes:
 
 
 def wire_group_of(group: Group) -> WireGroup:
+    """Our group as we publish it, with the sampler's log-probs where every completion has a
+    finite one per token (a sampler that reports none, or NaN for unknown, publishes text only)."""
     q = group.question
+    cs = group.completions
+    known = all(
+        c.sample_logprobs is not None
+        and c.token_ids is not None
+        and len(c.sample_logprobs) == len(c.token_ids)
+        and all(math.isfinite(x) for x in c.sample_logprobs)
+        for c in cs
+    )
     return WireGroup(
         q.id,
         q.text,
         q.answer,
-        tuple(c.text for c in group.completions),
-        tuple(bool(c.finished) for c in group.completions),
+        tuple(c.text for c in cs),
+        tuple(bool(c.finished) for c in cs),
+        tuple(tuple(c.sample_logprobs) for c in cs) if known and cs else None,
     )
+
+
+def _keep(wire: WireGroup, n: int) -> WireGroup:
+    """The group's first n completions (with their log-probs)."""
+    lps = wire.logprobs[:n] if wire.logprobs is not None else None
+    return WireGroup(wire.question_id, wire.text, wire.answer, wire.completions[:n], wire.finished[:n], lps)
 
 
 @dataclass(frozen=True)
@@ -197,8 +259,14 @@ def fit_record(
 
     for group in ordered:
         wire = wire_group_of(group)
-        ok = [(c, f) for c, f in zip(wire.completions[:MAX_COMPLETIONS], wire.finished) if len(c) <= MAX_TEXT_CHARS]
-        ok_texts, ok_finished = tuple(c for c, _ in ok), tuple(f for _, f in ok)
+        lps = wire.logprobs if wire.logprobs is not None else (None,) * len(wire.completions)
+        ok = [
+            (c, f, lp)
+            for c, f, lp in zip(wire.completions[:MAX_COMPLETIONS], wire.finished, lps)
+            if len(c) <= MAX_TEXT_CHARS
+        ]
+        ok_texts, ok_finished = tuple(c for c, _, _ in ok), tuple(f for _, f, _ in ok)
+        ok_lps = tuple(lp for _, _, lp in ok) if wire.logprobs is not None else None
         if (
             len(ok_texts) < 2
             or len(wire.text) > MAX_TEXT_CHARS
@@ -210,19 +278,15 @@ def fit_record(
             dropped_completions += len(wire.completions)
             continue
         dropped_completions += len(wire.completions) - len(ok_texts)
-        wire = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts, ok_finished)
+        wire = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts, ok_finished, ok_lps)
         if size(kept + [wire]) <= max_bytes:
             kept.append(wire)
             signal += group.has_signal()
             continue
         n = len(ok_texts)
-        while (
-            n > 2
-            and size(kept + [WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n], ok_finished[:n])])
-            > max_bytes
-        ):
+        while n > 2 and size(kept + [_keep(wire, n)]) > max_bytes:
             n -= 1
-        cut = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts[:n], ok_finished[:n])
+        cut = _keep(wire, n)
         if n >= 2 and size(kept + [cut]) <= max_bytes:
             kept.append(cut)
             dropped_completions += len(ok_texts) - n
@@ -309,6 +373,22 @@ def _receipts(raw: Any) -> tuple[Receipt, ...]:
     return tuple((p, r, i) for p, r, i in raw)
 
 
+def _logprobs(raw: Any, groups: list[WireGroup]) -> list[WireGroup]:
+    """The groups with the optional `lp` field attached (absent: as sent by an older node)."""
+    if raw is None:
+        return groups
+    if not isinstance(raw, list) or len(raw) != len(groups):
+        raise RecordError("malformed", "log-probs are not one entry per group")
+    out = []
+    for g, lps in zip(groups, raw):
+        if lps is not None:
+            if not isinstance(lps, list) or len(lps) != len(g.completions):
+                raise RecordError("malformed", "log-probs are not one entry per completion")
+            g = WireGroup(g.question_id, g.text, g.answer, g.completions, g.finished, tuple(map(decode_logprobs, lps)))
+        out.append(g)
+    return out
+
+
 def _group(raw: Any) -> WireGroup:
     if not isinstance(raw, list) or len(raw) != 8:
         raise RecordError("malformed", "a group is not an 8-item list")
@@ -346,7 +426,7 @@ def decode_record(payload: Any, swarm: str, max_bytes: int = MAX_RECORD_BYTES) -
         _int(obj, "w"),
         _name(obj, "id"),
         _int(obj, "r", 0),
-        tuple(_group(g) for g in groups),
+        tuple(_logprobs(obj.get("lp"), [_group(g) for g in groups])),
         _receipts(obj.get("rc")),
     )
 

@@ -572,6 +572,7 @@ class DhtRolloutSource:
         verdict = verify_record(record, self.tasks, entry.peer_id, limits)
         rejected.update(verdict.rejected)
         f["completions_cut"] += verdict.cut
+        f["logprobs_unaligned"] += verdict.unaligned
         f["duplicates_collapsed"] += verdict.duplicates
         f["verify_cpu_s"] += verdict.cpu_seconds
         junk = verdict.junk

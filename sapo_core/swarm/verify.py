@@ -16,7 +16,14 @@ For every group of a decoded peer record (records.py has already checked its sha
    of one answer are one completion, not a group;
 5. the rest is re-scored with *our* reward functions; the sender's rewards are never sent;
 6. groups with fewer than two distinct completions (`duplicates`) or whose rewards are all
-   equal (`zero_advantage`, the SAPO paper's filter, §4) are dropped.
+   equal (`zero_advantage`, the SAPO paper's filter, §4) are dropped;
+7. the sender's sampling log-probs, where it sent them (records.py), must be plausible: each a
+   finite log-prob not below -LOGPROB_BOUND, no more of them than the completion's text has
+   bytes (+1) (`bad_logprobs`, junk: an honest sampler cannot produce them). They ride on a
+   completion only where they line up with our tokens (the same count as our tokenizer gives
+   for the whole text): `Completion.sample_logprobs`, cut with the text, which the update's
+   truncated importance sampling reads (trainer.py). Where they do not line up (another
+   tokenizer) the completion trains uncorrected and `Verdict.unaligned` counts it.
 
 Verification is bounded (`VerifyLimits`): a record may use `cpu_seconds` of this thread's CPU
 (exceeding it rejects the rest as `cpu_budget`, which is junk: a strike), and nothing is
@@ -44,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
-from sapo_core.swarm.records import MAX_TEXT_CHARS, Record
+from sapo_core.swarm.records import LOGPROB_BOUND, MAX_TEXT_CHARS, Record
 
 # Reasons that only a broken or hostile peer produces; honest peers can produce the others
 # (a zero-advantage group, a task or difficulty level we do not run).
@@ -63,6 +70,7 @@ JUNK_REASONS = frozenset(
         "bad_score",
         "cpu_budget",
         "verify_error",
+        "bad_logprobs",
     }
 )
 # Reasons that cost a light strike: useless rather than hostile, but what a flood is made of
@@ -106,12 +114,18 @@ class CompletionCutter:
         )
 
     def cut(self, text: str) -> tuple[list[int], str, bool]:
+        ids, text, was_cut, _ = self.cut_counted(text)
+        return ids, text, was_cut
+
+    def cut_counted(self, text: str) -> tuple[list[int], str, bool, int]:
+        """`cut`, and how many tokens the whole text has (-1: too long to have tokenised it all)."""
         limit = self.max_tokens * self.max_chars_per_token + 256
         ids = self.encode(text[:limit])
+        whole = len(ids) if len(text) <= limit else -1
         if len(ids) <= self.max_tokens and len(text) <= limit:
-            return ids, text, False
+            return ids, text, False, whole
         ids = ids[: self.max_tokens]
-        return ids, self.decode(ids), True
+        return ids, self.decode(ids), True, whole
 
 
 @dataclass(frozen=True)
@@ -127,6 +141,7 @@ class Verdict:
     rejected: Counter = field(default_factory=Counter)  # reason -> groups
     duplicates: int = 0  # completions collapsed into an identical one
     cut: int = 0  # completions cut to our max_new_tokens
+    unaligned: int = 0  # completions whose sender's log-probs do not line up with our tokens
     cpu_seconds: float = 0.0
 
     @property
@@ -177,13 +192,17 @@ def _verify_group(
         return "text_mismatch", None
     if wire.answer != question.answer:
         return "answer_mismatch", None
+    if wire.logprobs is not None and not all(map(logprobs_plausible, wire.completions, wire.logprobs)):
+        return "bad_logprobs", None
     completions: list[Completion] = []
     seen: set[str] = set()
-    for text, finished in zip(wire.completions, wire.finished):
+    sent_lps = wire.logprobs if wire.logprobs is not None else (None,) * len(wire.completions)
+    for text, finished, lps in zip(wire.completions, wire.finished, sent_lps):
         ids: list[int] | None = None
+        whole = -1
         was_cut = len(text) > MAX_TEXT_CHARS  # records.py bounds it already; kept for direct callers
         if limits.cutter is not None:
-            ids, text, was_cut = limits.cutter.cut(text)
+            ids, text, was_cut, whole = limits.cutter.cut_counted(text)
         elif was_cut:
             text = text[:MAX_TEXT_CHARS]
         verdict.cut += was_cut
@@ -191,7 +210,15 @@ def _verify_group(
             verdict.duplicates += 1
             continue
         seen.add(text)
-        completions.append(Completion(text=text, token_ids=ids, finished=bool(finished) and not was_cut))
+        aligned = None
+        if lps is not None and ids is not None:
+            if whole == len(lps):
+                aligned = list(lps[: len(ids)])
+            else:
+                verdict.unaligned += 1
+        completions.append(
+            Completion(text=text, token_ids=ids, sample_logprobs=aligned, finished=bool(finished) and not was_cut)
+        )
     if len(completions) < 2:
         return "duplicates", None
     try:
@@ -206,6 +233,13 @@ def _verify_group(
     if not group.has_signal():
         return "zero_advantage", None
     return None, group
+
+
+def logprobs_plausible(text: str, logprobs: Sequence[float]) -> bool:
+    """Whether a sender's log-probs for `text` could have come from an honest sampler (step 7)."""
+    if len(logprobs) > len(text.encode("utf-8", "surrogatepass")) + 1:
+        return False
+    return all(math.isfinite(x) and -LOGPROB_BOUND <= x <= 0.0 for x in logprobs)
 
 
 def likelihood_score(logprobs: Sequence[float], window: int) -> float:
