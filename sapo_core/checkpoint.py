@@ -128,7 +128,7 @@ class Checkpoints:
                     raise CheckpointError("written by another version of SAPO Swarm")
                 state = CheckpointState(**body)
                 trainable = load_file(str(path / "trainable.safetensors"))
-                extra = torch.load(path / "optimizer.pt", weights_only=True)
+                extra = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
                 restore_rng(state.rng, extra.get("torch_rng"))
                 return state, trainable, extra["optimizer"]
             except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:

@@ -209,6 +209,11 @@ class TrainConfig:
         "(spread evenly; 1 = all, the least memory; 0.5 about half the extra compute for ~0.2 GB more).",
         0.5,
     )
+    device: str = _help(
+        "Where the update runs: auto (a CUDA GPU where torch sees one, SAPO_DEVICE overrides; else the "
+        "CPU), cpu or cuda.",
+        "auto",
+    )
     precision: str = _help(
         "Number format of the update's matmuls: auto (bf16 autocast where the CPU or GPU has native bf16, "
         "else fp32), fp32 or bf16. LoRA weights, optimizer state and log-probs stay fp32.",
@@ -250,6 +255,7 @@ class TrainConfig:
         _check(self.logit_chunk >= 16, "train.logit_chunk", "must be at least 16")
         _check(0 <= self.checkpoint_share <= 1, "train.checkpoint_share", "must be in [0, 1]")
         _check(self.precision in ("auto", "fp32", "bf16"), "train.precision", "must be auto, fp32 or bf16")
+        _check(self.device in ("auto", "cpu", "cuda"), "train.device", "must be auto, cpu or cuda")
         _check(self.peer_correction in ("none", "tis"), "train.peer_correction", "must be none or tis")
         _check(self.peer_ratio_cap >= 1, "train.peer_ratio_cap", "must be at least 1")
         _check(self.peer_kl_max > 0, "train.peer_kl_max", "must be positive")

@@ -292,3 +292,42 @@ __all__ = [
     "OVERRIDE_KEYS",
     "DEVICES",
 ]
+
+
+class DeviceUnavailable(RuntimeError):
+    """train.device names a device this machine's torch cannot use."""
+
+
+def training_device(setting: str = "auto", environ: Mapping[str, str] | None = None) -> Detected[str]:
+    """Where the update runs (`train.device`): cpu or cuda, and why.
+
+    auto: SAPO_DEVICE where it is set, else cuda when torch sees a CUDA GPU, else cpu. Apple MPS
+    trains on the CPU: the update has never run on MPS. A pretend GPU (SAPO_GPU_MEMORY_GB, for
+    what-if estimates) never moves the update. train.device = cuda where torch has none raises
+    `DeviceUnavailable` with what to do; auto (SAPO_DEVICE=cuda included) falls back to the CPU
+    and says so."""
+    import torch
+
+    env = os.environ if environ is None else environ
+    cuda = torch.cuda.is_available()
+    if setting == "auto" and env.get("SAPO_DEVICE"):
+        setting, given = env["SAPO_DEVICE"], f"SAPO_DEVICE={env['SAPO_DEVICE']}"
+    elif setting != "auto":
+        given = f"train.device = {setting}"
+    else:
+        if cuda:
+            return Detected("cuda", f"a CUDA GPU is present: {torch.cuda.get_device_name(0)}")
+        return Detected("cpu", "no CUDA GPU that torch can use")
+    if setting == "cuda":
+        if cuda:
+            return Detected("cuda", f"{given}: {torch.cuda.get_device_name(0)}")
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        if given.startswith("SAPO_DEVICE"):  # asked for through auto: say it, train on the CPU
+            return Detected("cpu", f"{given}, but torch sees no CUDA GPU (torch {torch.__version__}, {build})")
+        raise DeviceUnavailable(
+            f"{given}, but torch.cuda.is_available() is False (torch {torch.__version__}, {build}): "
+            "install torch with CUDA (https://pytorch.org/get-started/locally/) or set train.device = cpu"
+        )
+    if setting == "mps":
+        return Detected("cpu", f"{given}: the update runs on the CPU (it has not been tried on Apple MPS)")
+    return Detected("cpu", given)

@@ -51,6 +51,7 @@ from sapo_core.cpu import trim_heap
 from sapo_core.evaluation import EvalSettings, Evaluator, HeldOut, eval_within_share, held_out_line
 from sapo_core.figures import PhaseTimer, round_figures
 from sapo_core.fsutil import atomic_write_bytes
+from sapo_core.hardware import training_device
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.modelfiles import resolve_model
 from sapo_core.policy import Policy, load_policy
@@ -107,6 +108,10 @@ class Node:
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
         hf_cache, gguf, tokenizer_gguf = paths.cache_dir() / "hf", plan.gguf, plan.tokenizer_gguf
         self.policy = load_policy(cfg.model, gguf, hf_cache, cfg.seed, tokenizer_gguf, plan.model_id)
+        device = training_device(cfg.train.device)
+        if device.value != "cpu":
+            self.policy.model.to(device.value)
+        log.info(f"update on {device.value}: {device.reason}")
         self.trainer = Trainer(self.policy, cfg.train, temperature=cfg.sampler.temperature)
         log.info(f"update: {self.trainer.precision.why}")
         if self._source is None:

@@ -34,6 +34,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -66,6 +67,18 @@ class _MicroBatch:
     sample_logprobs: torch.Tensor  # (N,) NaN where unknown
     n_tokens: int  # prompt + completion tokens processed
     peer_tokens: torch.Tensor | None = None  # (N,) bool: the token belongs to a peer's completion
+
+    def to(self, device: torch.device) -> _MicroBatch:
+        """This micro-batch with its tensors on `device` (the model's: a CUDA GPU, or itself)."""
+        if device.type == "cpu":
+            return self
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
+
     position_ids: torch.Tensor | None = None  # (B, L) when packed
 
 
@@ -226,6 +239,8 @@ class Trainer:
             mbs = _make_packed_micro_batches(seqs, self.cfg.micro_batch_size, next(model.parameters()).dtype)
         else:
             mbs = _make_micro_batches(seqs, self.cfg.micro_batch_size, pad)
+        device = next(model.parameters()).device
+        mbs = [mb.to(device) for mb in mbs]
         total_completion = sum(len(mb.targets) for mb in mbs)
         old: list[torch.Tensor] = []
         ref: list[torch.Tensor | None] = []
@@ -332,6 +347,8 @@ class Trainer:
             mbs = _make_packed_micro_batches(tagged, self.cfg.micro_batch_size, next(model.parameters()).dtype)
         else:
             mbs = _make_micro_batches(tagged, self.cfg.micro_batch_size, self.policy.tokenizer.pad_token_id)
+        device = next(model.parameters()).device
+        mbs = [mb.to(device) for mb in mbs]
         with torch.no_grad():
             body, head = self.policy.body(), self.policy.head_weight()
             for mb in mbs:

@@ -238,3 +238,43 @@ def test_the_bf16_detection_can_be_told(monkeypatch):
     assert resolve_precision("auto", "cpu").why == "fp32: no native bf16 on this cpu"
     monkeypatch.setenv("SAPO_CPU_BF16", "1")
     assert resolve_precision("auto", "cpu").autocast is torch.bfloat16
+
+
+def test_the_update_runs_where_train_device_says():
+    from sapo_core.hardware import DeviceUnavailable, training_device
+
+    if torch.cuda.is_available():
+        assert training_device("auto", {}).value == "cuda"
+    else:
+        assert training_device("auto", {}).value == "cpu"
+        said = training_device("auto", {"SAPO_DEVICE": "cuda"})
+        assert said.value == "cpu" and "torch sees no CUDA GPU" in said.reason
+        with pytest.raises(DeviceUnavailable, match="set train.device = cpu"):
+            training_device("cuda", {})
+    assert training_device("cpu", {"SAPO_DEVICE": "cuda"}).value == "cpu"  # the setting wins
+    assert training_device("auto", {"SAPO_DEVICE": "mps"}).value == "cpu"  # MPS: not tried, the CPU
+    with pytest.raises(ConfigError):
+        TrainConfig(device="tpu")
+
+
+def test_micro_batches_follow_the_models_device():
+    from sapo_core.trainer import _make_packed_micro_batches
+
+    (mb,) = _make_packed_micro_batches(sequences()[:2], 4, torch.float32)
+    assert mb.to(torch.device("cpu")) is mb
+    moved = mb.to(torch.device("meta"))  # every tensor goes; counts stay
+    assert {t.device.type for t in vars(moved).values() if isinstance(t, torch.Tensor)} == {"meta"}
+    assert moved.n_tokens == mb.n_tokens
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: runs where there is one")
+def test_the_update_on_cuda_matches_the_cpu():
+    seqs = sequences()
+    cfg = TrainConfig(precision="fp32", steps_per_round=2, learning_rate=1e-3)
+    cpu, gpu = small_policy(), small_policy()
+    gpu.model.to("cuda")
+    a = Trainer(cpu, cfg).update(seqs, NullHooks())
+    b = Trainer(gpu, cfg).update(seqs, NullHooks())
+    assert b["loss/policy"] == pytest.approx(a["loss/policy"], rel=1e-3, abs=1e-5)
+    for (n, x), y in zip(cpu.trainable_state_dict().items(), gpu.trainable_state_dict().values()):
+        assert torch.allclose(x, y, atol=1e-4), n

@@ -373,9 +373,11 @@ def trainer_logprobs(
                 if not comp:
                     out.append([])
                     continue
-                ids = torch.tensor([list(prompt) + list(comp)])
+                device = next(model.parameters()).device
+                ids = torch.tensor([list(prompt) + list(comp)], device=device)
                 logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature  # (T, V)
-                lp = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(list(comp))[:, None])[:, 0]
+                target = torch.tensor(list(comp), device=device)[:, None]
+                lp = torch.log_softmax(logits, dim=-1).gather(1, target)[:, 0]
                 out.append(lp.tolist())
     finally:
         model.train(was_training)

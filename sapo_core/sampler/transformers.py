@@ -69,10 +69,11 @@ class TransformersSampler:
         torch.manual_seed(hash(tuple(seeds)) & 0x7FFFFFFF)
         eos = list(params.stop_token_ids or self.policy.eos_ids)
         model.eval()
+        device = next(model.parameters()).device
         with torch.inference_mode():
             gen = model.generate(
-                input_ids=ids,
-                attention_mask=att,
+                input_ids=ids.to(device),
+                attention_mask=att.to(device),
                 do_sample=True,
                 temperature=params.temperature,
                 top_p=params.top_p,
@@ -88,7 +89,7 @@ class TransformersSampler:
                     [_CheckpointCriteria(hooks, len(prompts) * params.n * params.max_new_tokens)]
                 ),
             )
-        new = gen.sequences[:, width:]  # (P*G, T)
+        new = gen.sequences[:, width:]  # (P*G, T), on the model's device
         steps = len(gen.scores)
         # one step at a time: (P*G, T, V) log-probs at once would be GBs
         picked = torch.stack(
@@ -97,7 +98,8 @@ class TransformersSampler:
                 for t, sc in enumerate(gen.scores)
             ],
             dim=1,
-        )  # (P*G, T)
+        ).cpu()  # (P*G, T)
+        new = new.cpu()
         out: list[list[SampledSequence]] = []
         eos_set = set(eos)
         for i in range(len(prompts)):
