@@ -92,7 +92,7 @@ def training_batch(
             lps = None
             if c.sample_logprobs is not None:  # lined up with our tokens; the stop token's is not sent
                 lps = (list(c.sample_logprobs) + [float("nan")] * len(x))[: len(x)]
-            batch.sequences.append(TrainSequence(prompt, x, a, lps, peer=True))
+            batch.sequences.append(TrainSequence(prompt, x, a, lps, peer=True, spread=c.logprobs_spread))
     return batch
 
 

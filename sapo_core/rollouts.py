@@ -35,13 +35,17 @@ class Question:
 
 @dataclass
 class Completion:
-    """One sampled answer. Token ids and sampling log-probs exist only for our own samples."""
+    """One sampled answer. For a peer's: our tokenizer's ids of the scored text, and the peer's
+    sampling log-probs where it sent them (swarm/verify.py)."""
 
     text: str
     token_ids: list[int] | None = None  # ours; for a peer's: our tokenizer's ids of exactly the scored text
     sample_logprobs: list[float] | None = None  # the sampler's log-prob of each token
     finished: bool = True  # ended at EOS (False: cut at max_new_tokens)
     reward: float = 0.0
+    # a peer's log-probs that did not line up with our tokens (another tokenizer): their total,
+    # spread evenly over our tokens; only the sequence's mean ratio means anything (trainer.py)
+    logprobs_spread: bool = False
 
 
 @dataclass

@@ -54,6 +54,7 @@ class TrainSequence:
     advantage: float
     sample_logprobs: list[float] | None = None  # the sampling log-probs (ours, or a peer's where sent); NaN: unknown
     peer: bool = False  # a peer's completion (its sample_logprobs are the peer sampler's)
+    spread: bool = False  # those log-probs are the text's total spread over our tokens (verify.py)
 
 
 @dataclass
@@ -67,6 +68,7 @@ class _MicroBatch:
     sample_logprobs: torch.Tensor  # (N,) NaN where unknown
     n_tokens: int  # prompt + completion tokens processed
     peer_tokens: torch.Tensor | None = None  # (N,) bool: the token belongs to a peer's completion
+    spread_tokens: torch.Tensor | None = None  # (N,) bool: its sequence's log-probs were spread
 
     def to(self, device: torch.device) -> _MicroBatch:
         """This micro-batch with its tensors on `device` (the model's: a CUDA GPU, or itself)."""
@@ -91,7 +93,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
         length = max(len(s.prompt_ids) + len(s.completion_ids) for s in part)
         ids = torch.full((len(part), length), pad_id, dtype=torch.long)
         att = torch.zeros((len(part), length), dtype=torch.long)
-        rows, targets, owner, slp, peer = [], [], [], [], []
+        rows, targets, owner, slp, peer, spread = [], [], [], [], [], []
         for b, s in enumerate(part):
             full = s.prompt_ids + s.completion_ids
             ids[b, : len(full)] = torch.tensor(full)
@@ -104,6 +106,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
             lp = s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * len(s.completion_ids)
             slp.extend(lp)
             peer.extend([s.peer] * len(s.completion_ids))
+            spread.extend([s.spread] * len(s.completion_ids))
         out.append(
             _MicroBatch(
                 input_ids=ids,
@@ -115,6 +118,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
                 sample_logprobs=torch.tensor(slp, dtype=torch.float32),
                 n_tokens=int(att.sum()),
                 peer_tokens=torch.tensor(peer, dtype=torch.bool),
+                spread_tokens=torch.tensor(spread, dtype=torch.bool),
             )
         )
     return out
@@ -165,7 +169,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
         allowed = torch.zeros((length, length), dtype=torch.bool)
         for a, p in prompts:
             allowed[a : a + p, a : a + p] = torch.ones((p, p), dtype=torch.bool).tril()
-        pred, targets, owner, slp, peer = [], [], [], [], []
+        pred, targets, owner, slp, peer, spread = [], [], [], [], [], []
         for k, (a, p, b, c, i) in enumerate(spans):
             allowed[b : b + c, a : a + p] = True
             allowed[b : b + c, b : b + c] = torch.ones((c, c), dtype=torch.bool).tril()
@@ -175,6 +179,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
             owner.extend([k] * c)
             slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
             peer.extend([s.peer] * c)
+            spread.extend([s.spread] * c)
         mask = torch.zeros((1, 1, length, length), dtype=dtype)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         out.append(
@@ -189,6 +194,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
                 n_tokens=length,
                 position_ids=torch.tensor([pos], dtype=torch.long),
                 peer_tokens=torch.tensor(peer, dtype=torch.bool),
+                spread_tokens=torch.tensor(spread, dtype=torch.bool),
             )
         )
     return out
@@ -322,7 +328,14 @@ class Trainer:
         if self.cfg.peer_correction != "tis" or peer is None or not bool(peer.any()):
             return None
         w, stats = tis_weights(
-            old, mb.sample_logprobs, peer, mb.seq_of_token, mb.advantages, self.cfg.peer_ratio_cap, self.cfg.peer_kl_max
+            old,
+            mb.sample_logprobs,
+            peer,
+            mb.seq_of_token,
+            mb.advantages,
+            self.cfg.peer_ratio_cap,
+            self.cfg.peer_kl_max,
+            mb.spread_tokens,
         )
         for k, v in stats.items():
             figures[k] = figures.get(k, 0.0) + v
@@ -376,20 +389,29 @@ def tis_weights(
     advantages: torch.Tensor,  # (S,) one per sequence
     cap: float,
     kl_max: float,
+    spread: torch.Tensor | None = None,  # (N,) bool, the token's sequence has spread log-probs
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(N,) F-TIS token weights and their counts (module docstring). Our own tokens and peer
     tokens without a sent log-prob weigh 1; a peer token min(exp(old - behaviour), cap); every
     token of a peer sequence with advantage < 0 whose mean k3 = r - 1 - log r over its known
-    tokens (r = pi_old / pi_peer, an estimate of KL(peer || ours) per token) exceeds kl_max, 0."""
+    tokens (r = pi_old / pi_peer, an estimate of KL(peer || ours) per token) exceeds kl_max, 0.
+    A sequence whose log-probs were spread (another tokenizer: only their total is the peer's)
+    uses its mean log-ratio for every token: the geometric-mean ratio of the whole text."""
     dev = old.device
     behaviour, peer, seq_of_token, advantages = (t.to(dev) for t in (behaviour, peer, seq_of_token, advantages))
+    n_seq = advantages.shape[0]
     w = torch.ones_like(old)
     known = peer & ~torch.isnan(behaviour)
-    log_r = (old - torch.nan_to_num(behaviour)).clamp(max=80.0)  # exp stays finite in fp32
+    log_r = torch.where(known, old - torch.nan_to_num(behaviour), torch.zeros_like(old))
+    if spread is not None and bool(spread.any()):
+        spread = spread.to(dev) & known
+        total = old.new_zeros(n_seq).index_add_(0, seq_of_token, torch.where(spread, log_r, torch.zeros_like(log_r)))
+        count = old.new_zeros(n_seq).index_add_(0, seq_of_token, spread.to(old.dtype)).clamp(min=1)
+        log_r = torch.where(spread, (total / count)[seq_of_token], log_r)
+    log_r = log_r.clamp(max=80.0)  # exp stays finite in fp32
     r = torch.exp(log_r)
     w = torch.where(known, r.clamp(max=cap), w)
     k3 = torch.where(known, r - 1.0 - log_r, torch.zeros_like(r))
-    n_seq = advantages.shape[0]
     kl_sum = old.new_zeros(n_seq).index_add_(0, seq_of_token, k3)
     kl_n = old.new_zeros(n_seq).index_add_(0, seq_of_token, known.to(old.dtype))
     kl = kl_sum / kl_n.clamp(min=1)

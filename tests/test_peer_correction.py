@@ -172,16 +172,19 @@ def test_fit_record_publishes_the_samplers_logprobs_and_cuts_them_with_their_com
 
 def test_logprobs_that_line_up_with_our_tokens_ride_on_the_completion(tasks, question):
     right = f"Answer: {question.answer}"
-    texts = [right, "Answer: -12345", "one two three four five six seven eight nine ten"]
-    lps = ((-0.1, -0.2), (-1.0, -2.0, -3.0), tuple(-0.01 * k for k in range(1, 11)))
+    words = "one two three four five six seven eight nine ten"
+    texts = [right, "Answer: -12345", words, "a b c d e f g h i j k"]
+    lps = ((-0.1, -0.2), (-1.0, -2.0, -3.0), tuple(-0.01 * k for k in range(1, 11)), (-0.5,) * 5)
     verdict = verify_record(_record(_wire(question, texts, lps)), tasks, PEER, VerifyLimits(cutter=_word_cutter(8)))
     assert not verdict.rejected
     (group,) = verdict.accepted
-    ok, other_tokenizer, cut = group.completions
-    assert ok.sample_logprobs == [-0.1, -0.2]
-    assert other_tokenizer.sample_logprobs is None  # 3 log-probs for our 2 tokens: trained uncorrected
+    ok, other_tokenizer, cut, cut_other = group.completions
+    assert ok.sample_logprobs == [-0.1, -0.2] and not ok.logprobs_spread
+    # 3 log-probs for our 2 tokens (another tokenizer): the text's total -6, spread over ours
+    assert other_tokenizer.sample_logprobs == [-3.0, -3.0] and other_tokenizer.logprobs_spread
     assert cut.sample_logprobs == pytest.approx([-0.01 * k for k in range(1, 9)])  # cut with the text
-    assert verdict.unaligned == 1 and verdict.cut == 1
+    assert cut_other.sample_logprobs is None  # cut, and not lined up: no total to spread, uncorrected
+    assert verdict.unaligned == 2 and verdict.cut == 2
 
 
 @pytest.mark.parametrize(
@@ -214,12 +217,16 @@ def test_a_peers_logprobs_travel_to_the_update_marked_as_a_peers(question):
     policy = SimpleNamespace(tokenizer=tok, encode_completion=lambda text: [1] * len(text.split()))
     peer = Group(
         question,
-        [Completion("a b", [3, 4], [-0.5, -1.5], True, 1.0), Completion("c", [5], None, False, 0.0)],
+        [
+            Completion("a b", [3, 4], [-0.5, -1.5], True, 1.0),
+            Completion("c", [5], None, False, 0.0),
+            Completion("d", [6], [-2.0], False, 0.0, logprobs_spread=True),
+        ],
         source=PEER,
     )
     batch = training_batch(policy, lambda q: [7, 8], [], [], [peer], BatchRules(64, True, 0))
-    first, second = batch.sequences
-    assert first.peer and second.peer
+    first, second, third = batch.sequences
+    assert first.peer and second.peer and third.peer and third.spread and not first.spread
     assert first.completion_ids == [3, 4, 99] and first.sample_logprobs[:2] == [-0.5, -1.5]
     assert math.isnan(first.sample_logprobs[2])  # the stop token's was not sent
     assert second.sample_logprobs is None
@@ -246,6 +253,21 @@ def test_tis_weights_and_the_kl_filter_by_hand():
     kl = [sum(k3) / 2, math.exp(-2) - 1 + 2, math.exp(9) - 1 - 9]
     assert stats["kl_sum"] == pytest.approx(sum(kl), rel=1e-5)
     assert stats["weight_sum"] == pytest.approx(math.exp(-0.5) + 1 + 2, abs=1e-6)
+
+
+def test_spread_logprobs_weigh_every_token_by_the_texts_geometric_mean_ratio():
+    """Another tokenizer: the peer's total -3 over our two tokens (-1.5 each). Per token the
+    log-ratios would be +0.5 and -1.5; spread, both take their mean -0.5: the whole text's
+    exp((sum ours - sum peer) / 2). The stop token (no log-prob) stays out of the mean."""
+    old = torch.tensor([-1.0, -3.0, -0.2, -1.0, -3.0])
+    behaviour = torch.tensor([-1.5, -1.5, NAN, -1.5, -1.5])
+    peer = torch.ones(5, dtype=torch.bool)
+    seq = torch.tensor([0, 0, 0, 1, 1])
+    spread = torch.tensor([True, True, True, False, False])
+    w, stats = tis_weights(old, behaviour, peer, seq, torch.tensor([1.0, 1.0]), 2.0, 0.5, spread)
+    assert w.tolist() == pytest.approx([math.exp(-0.5), math.exp(-0.5), 1.0, math.exp(0.5), math.exp(-1.5)], abs=1e-6)
+    k3 = math.exp(-0.5) - 1 + 0.5
+    assert stats["kl_sum"] == pytest.approx(k3 + (math.exp(0.5) - 1 - 0.5 + math.exp(-1.5) - 1 + 1.5) / 2, rel=1e-5)
 
 
 def _peer_update(correction: str, advantage: float, claimed: float | None) -> tuple[dict, dict]:

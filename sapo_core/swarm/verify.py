@@ -23,7 +23,9 @@ For every group of a decoded peer record (records.py has already checked its sha
    completion only where they line up with our tokens (the same count as our tokenizer gives
    for the whole text): `Completion.sample_logprobs`, cut with the text, which the update's
    truncated importance sampling reads (trainer.py). Where they do not line up (another
-   tokenizer) the completion trains uncorrected and `Verdict.unaligned` counts it.
+   tokenizer: `Verdict.unaligned` counts it) their sum is still the sender's log-prob of the
+   whole text: spread evenly over our tokens (`Completion.logprobs_spread`), it gives the update
+   a sequence-level ratio; a text we cut has no such sum and trains uncorrected.
 
 Verification is bounded (`VerifyLimits`): a record may use `cpu_seconds` of this thread's CPU
 (exceeding it rejects the rest as `cpu_budget`, which is junk: a strike), and nothing is
@@ -210,14 +212,22 @@ def _verify_group(
             verdict.duplicates += 1
             continue
         seen.add(text)
-        aligned = None
+        aligned, spread = None, False
         if lps is not None and ids is not None:
             if whole == len(lps):
                 aligned = list(lps[: len(ids)])
             else:
                 verdict.unaligned += 1
+                if not was_cut and ids:  # the whole text's log-prob, spread over our tokens
+                    aligned, spread = [math.fsum(lps) / len(ids)] * len(ids), True
         completions.append(
-            Completion(text=text, token_ids=ids, sample_logprobs=aligned, finished=bool(finished) and not was_cut)
+            Completion(
+                text=text,
+                token_ids=ids,
+                sample_logprobs=aligned,
+                finished=bool(finished) and not was_cut,
+                logprobs_spread=spread,
+            )
         )
     if len(completions) < 2:
         return "duplicates", None
