@@ -352,9 +352,29 @@ def _plot(rows: list[dict], path: Path, title: str, arms: list[str]) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(
-        1, 2, figsize=(10 + 0.6 * max(0, len(arms) - 2), 4.2), dpi=120, gridspec_kw={"width_ratios": [3, 1.2]}
+    fig, (ax, cx, bx) = plt.subplots(
+        1, 3, figsize=(14 + 0.6 * max(0, len(arms) - 2), 4.2), dpi=120, gridspec_kw={"width_ratios": [3, 3, 1.2]}
     )
+    for arm in arms:  # the paper's measure as it accumulates: reward summed over nodes, mean over seeds
+        per: dict[tuple[int, int], float] = {}
+        for r in rows:
+            if r["arm"] == arm and r.get("reward_mean", "") != "":
+                key = (int(r["seed"]), int(r["round"]))
+                per[key] = per.get(key, 0.0) + float(r["reward_mean"])
+        seeds = sorted({s for s, _ in per})
+        rounds = sorted({x for _, x in per})
+        running = dict.fromkeys(seeds, 0.0)
+        curve = []
+        for x in rounds:
+            for s in seeds:
+                running[s] += per.get((s, x), 0.0)
+            curve.append(statistics.fmean(running.values()))
+        cx.plot(rounds, curve, label=arm)
+    cx.set_xlabel("round")
+    cx.set_ylabel("total training reward so far (sum over nodes)")
+    cx.set_title("the paper's measure, mean over seeds", fontsize=8)
+    cx.grid(alpha=0.3)
+    cx.legend(fontsize=7)
     for arm in arms:
         by_round: dict[int, list[float]] = {}
         for r in rows:
