@@ -25,6 +25,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("stats", "sapo_core.commands.stats", "what this node gave (CPU-hours, rounds, groups) and peers' receipts"),
     ("try", "sapo_core.commands.try", "answer a question with the base and the trained model, with rewards"),
     ("swarms", "sapo_core.commands.swarms", "list the swarms this node knows, or add one from an invitation"),
+    ("seed", "sapo_core.commands.seed", "serve a swarm on a public address: DHT, relay and dial-backs, no training"),
 ]
 
 
