@@ -294,6 +294,11 @@ class SwarmConfig:
         "empty hosts a new swarm.",
         [],
     )
+    list_urls: list = _help(
+        "HTTPS URLs of the project's swarm list, fetched at start and by `sapo-node swarms update`; a list is "
+        "used only when signed by a key in resources/swarmlist-keys.txt (swarm/signedlist.py).",
+        [],
+    )
     listed_swarm: str = _help(
         "Name of a listed swarm (resources/swarms.toml, or swarms.toml in the config directory) whose "
         "bootstrap peers and swarm-wide settings this node takes when it starts; empty: none.",
@@ -391,6 +396,12 @@ class SwarmConfig:
                 isinstance(addr, str) and addr.startswith("/") and "/p2p/" in addr,
                 "swarm.initial_peers",
                 f"'{addr}' is not a multiaddr ending in /p2p/<peer id>, e.g. /ip4/203.0.113.5/tcp/31337/p2p/QmPeer...",
+            )
+        for url in self.list_urls:
+            _check(
+                isinstance(url, str) and url.startswith("https://") and len(url) <= 2048,
+                "swarm.list_urls",
+                f"{url!r} is not an https:// URL (the list is fetched over HTTPS only)",
             )
         for addr in list(self.host_maddrs) + list(self.announce_maddrs):
             _check(

@@ -134,5 +134,25 @@ def main(args: argparse.Namespace) -> int:
     except JoinChoiceError as e:
         print(f"sapo-node: cannot join: {e}", file=sys.stderr)
         return 2
+    if cfg.swarm.enabled and cfg.swarm.list_urls:
+        cfg = _refresh_swarm_list(cfg, args)
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
     return run_with_display(cfg, rounds=args.rounds, quiet=args.quiet)
+
+
+def _refresh_swarm_list(cfg: NodeConfig, args: argparse.Namespace) -> NodeConfig:
+    """Fetch the signed swarm list (swarm.list_urls, a few seconds at most) before joining: a
+    listed swarm's peers and settings may have changed. Whatever fails is said, and the node goes
+    on with the list it had."""
+    from sapo_core.swarm.swarmlist import update_swarm_list
+
+    result = update_swarm_list(cfg.swarm.list_urls[:4], timeout=5.0)
+    for line in result.lines():
+        print(f"sapo-node: swarm list: {line}", file=sys.stderr)
+    if result.accepted is None:
+        return cfg
+    try:
+        return build_config(args)
+    except (ConfigError, JoinChoiceError) as e:
+        print(f"sapo-node: the new swarm list does not fit this node ({e}); keeping the old settings", file=sys.stderr)
+        return cfg

@@ -130,9 +130,15 @@ def shipped_swarms_text() -> str:
     return resources.files("sapo_resources").joinpath("swarms.toml").read_text(encoding="utf-8")
 
 
-def load_swarms(user_path: Path | None = None) -> list[SwarmEntry]:
-    """The shipped swarms, then the user's (a user entry with a shipped name replaces it)."""
+def load_swarms(user_path: Path | None = None, signed_path: Path | None = None) -> list[SwarmEntry]:
+    """The shipped swarms, then the last signed list fetched (signedlist.py), then the user's:
+    a later entry with an earlier one's name replaces it."""
+    from sapo_core.swarm.signedlist import load_last_good
+
     entries = {e.name: e for e in parse_swarms(shipped_swarms_text(), "resources/swarms.toml")}
+    signed = load_last_good(signed_path, check=parse_swarms)
+    if signed is not None:
+        entries.update({e.name: e for e in signed.entries})
     path = user_swarms_path() if user_path is None else user_path
     if path.is_file():
         entries.update({e.name: e for e in parse_swarms(path.read_text(encoding="utf-8"), str(path))})
@@ -165,6 +171,22 @@ def add_user_swarm(entry: SwarmEntry, user_path: Path | None = None) -> Path:
     return path
 
 
+def update_swarm_list(urls: list[str], *args: Any, **kwargs: Any):
+    """Fetch the signed swarm list (signedlist.update: keys, path, timeout, context), accepting
+    only one that parses as a swarm list; returns signedlist.UpdateResult."""
+    from sapo_core.swarm.signedlist import update
+
+    return update(urls, *args, check=parse_swarms, **kwargs)
+
+
+def sign_swarm_list(text: str, private_key) -> str:
+    """A maintainer's list, checked as a swarm list, then signed (signedlist.sign_list)."""
+    from sapo_core.swarm.signedlist import sign_list
+
+    parse_swarms(text, "the list to sign")
+    return sign_list(text, private_key)
+
+
 def apply_swarm(cfg: NodeConfig, entry: SwarmEntry, extra_peers: list[str] | None = None) -> NodeConfig:
     """The config a node of `entry` runs with: its name, window, shards, task mix and peers
     (the entry's bootstrap list, then `extra_peers`, without repeats); the rest of `cfg` kept."""
@@ -193,5 +215,7 @@ __all__ = [
     "add_user_swarm",
     "apply_swarm",
     "user_swarms_path",
+    "update_swarm_list",
+    "sign_swarm_list",
     "USER_FILE_NAME",
 ]
