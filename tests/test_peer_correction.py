@@ -311,3 +311,52 @@ def test_the_correction_settings_are_checked():
         with pytest.raises(ConfigError):
             TrainConfig(**bad)
     assert dataclasses.replace(TrainConfig(), peer_correction="tis").peer_ratio_cap == 2.0
+
+
+# --- versions announced in index entries -------------------------------------------------------
+
+
+def test_index_entries_announce_the_app_version_and_older_readers_ignore_it():
+    from sapo_core.swarm.records import IndexEntry, decode_index, encode_index
+
+    entry = IndexEntry("s", 5, 3, PEER, 9, 2, 1, 4000, "0.2.0")
+    payload = encode_index(entry)
+    assert decode_index(payload, "s") == entry
+    old = legacy.decode_index(payload, "s")  # an installed node: it decodes, and has no field for it
+    assert (old.peer_id, old.round, old.record_bytes) == (PEER, 9, 4000)
+    assert decode_index(encode_index(dataclasses.replace(entry, app_version="")), "s").app_version == ""
+    obj = msgpack.unpackb(payload)
+    for bad in ("x" * 33, "1.0; rm", 7):
+        obj["av"] = bad
+        with pytest.raises(RecordError, match="app version"):
+            decode_index(msgpack.packb(obj, use_bin_type=True), "s")
+
+
+@pytest.mark.parametrize(
+    "theirs, ours, newer",
+    [
+        ("0.2.0", "0.1.0", True),
+        ("0.10.0", "0.9.3", True),
+        ("0.1.0", "0.1.0", False),
+        ("0.1.1+local", "0.1.0", True),
+        ("0.1.0-rc1", "0.1.0", False),
+        ("1.0.0", "0.1.0", True),
+        ("banana", "0.1.0", False),
+        ("", "0.1.0", False),
+    ],
+)
+def test_which_versions_are_newer(theirs, ours, newer):
+    from sapo_core.swarm.source import newer_version
+
+    assert newer_version(theirs, ours) is newer
+
+
+def test_a_newer_version_is_said_once_each():
+    from sapo_core.swarm.source import version_notice
+
+    seen: set[str] = set()
+    said = version_notice("0.2.0", "0.1.0", seen)
+    assert said and "SAPO Swarm 0.2.0, this node 0.1.0: update" in said
+    assert version_notice("0.2.0", "0.1.0", seen) is None  # once
+    assert version_notice("0.0.9", "0.1.0", seen) is None  # older: nothing to say
+    assert version_notice("0.3.0", "0.1.0", seen) is not None

@@ -18,7 +18,8 @@ Wire format, version 2 (msgpack maps with short keys):
                 [finished, ...]], ...],
            rc: [[peer id, round, group index], ...],
            lp: [nil | [log-probs of completion 1, ...], ...]}        (optional, one per group)
-  index:  {v, p, k:"idx", s, w, sh: shard, id, r, n: groups, ns: groups with signal, b: record bytes}
+  index:  {v, p, k:"idx", s, w, sh: shard, id, r, n: groups, ns: groups with signal, b: record bytes,
+           av: the publisher's app version}                          (av optional, since 0.1.0)
 
 Version 2 added per completion whether it ended by itself (`finished`: a
 receiver appends its stop token only then, never to a completion the sender cut) and the
@@ -113,6 +114,7 @@ class IndexEntry:
     groups: int
     signal_groups: int  # as the sender scored them: a hint for choosing, never believed
     record_bytes: int
+    app_version: str = ""  # the publisher's SAPO Swarm version, as it says ("" from older nodes)
 
 
 # --- encoding ---------------------------------------------------------------------------------
@@ -189,6 +191,7 @@ def encode_index(entry: IndexEntry) -> bytes:
             "n": entry.groups,
             "ns": entry.signal_groups,
             "b": entry.record_bytes,
+            **({"av": entry.app_version} if entry.app_version else {}),
         }
     )
 
@@ -443,7 +446,15 @@ def decode_index(payload: Any, swarm: str) -> IndexEntry:
         _int(obj, "n", 0, MAX_GROUPS),
         _int(obj, "ns", 0, MAX_GROUPS),
         _int(obj, "b", 0, MAX_RECORD_BYTES),
+        _app_version(obj.get("av", "")),
     )
+
+
+def _app_version(v: Any) -> str:
+    """An announced version: short, of digits, letters and '.+-' (older nodes send none)."""
+    if not isinstance(v, str) or len(v) > 32 or not all(c.isalnum() or c in ".+-" for c in v):
+        raise RecordError("malformed", "app version is not a short version string")
+    return v
 
 
 def decode_any(payload: Any, swarm: str) -> Record | IndexEntry:

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from sapo_core import __version__ as APP_VERSION
 from sapo_core.config import SwarmConfig
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.rollouts import Group
@@ -147,6 +148,7 @@ class DhtRolloutSource:
         self._figures: Counter = Counter()
         self._dht_rejections_before: dict[str, int] = {}
         self._entries_per_key: float | None = None  # moving average over gathers
+        self._newer_seen: set[str] = set()  # newer versions peers announced, said once each
         # our latest record, kept readable while rounds outlast windows (see _republish_items)
         self._latest_lock = threading.Lock()
         self._latest: tuple[Record, int, int] | None = None  # (record, signal groups, first window)
@@ -331,6 +333,7 @@ class DhtRolloutSource:
                 len(record.groups),
                 signal_groups,
                 len(payload),
+                APP_VERSION,
             )
         )
         expiration = self.keyspace.expiration(now)
@@ -442,6 +445,7 @@ class DhtRolloutSource:
                         continue
                     if entry.peer_id != self.node_id:
                         seen_peers.add(entry.peer_id)
+                        self._note_version(entry)
                     old = entries.get(entry.peer_id)
                     if old is None or (entry.window, entry.round) > (old[0].window, old[0].round):
                         entries[entry.peer_id] = (entry, expiration)
@@ -452,6 +456,15 @@ class DhtRolloutSource:
             old = self._entries_per_key
             self._entries_per_key = observed if old is None else 0.5 * old + 0.5 * observed
         return entries
+
+    def _note_version(self, entry: IndexEntry) -> None:
+        """Peers that announce a newer SAPO Swarm than ours: counted (`swarm/peers_newer`) and said
+        once per version, with what to do (`version_notice`)."""
+        if entry.app_version and newer_version(entry.app_version, APP_VERSION):
+            self._figures["peers_newer"] += 1
+            said = version_notice(entry.app_version, APP_VERSION, self._newer_seen)
+            if said:
+                log.warning(f"swarm: peer {node_name(entry.peer_id)} {said}")
 
     def _live_peers(self) -> set[str]:
         """Peer ids of the DHT nodes in our routing table (empty if the DHT cannot say)."""
@@ -649,6 +662,32 @@ def _values_of(values: Any, with_subkeys: bool = False) -> list:
             continue
         out.append((sub, (payload, expiration)) if with_subkeys else (payload, expiration))
     return out
+
+
+def newer_version(theirs: str, ours: str) -> bool:
+    """Whether version `theirs` is later than `ours` (release numbers compared as integers; a
+    suffix such as '+local' or '-rc1' is ignored, and anything unparseable is never newer)."""
+
+    def release(v: str) -> tuple[int, ...] | None:
+        head = v.split("+", 1)[0].split("-", 1)[0]
+        parts = head.split(".")
+        return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) and parts else None
+
+    a, b = release(theirs), release(ours)
+    return a is not None and b is not None and a > b
+
+
+def version_notice(theirs: str, ours: str, seen: set[str], limit: int = 16) -> str | None:
+    """What to tell the volunteer the first time a peer announces a newer version (`seen` holds
+    those told, at most `limit`); None when there is nothing new to say. A version only helps a
+    person decide: nothing a peer claims here changes what we accept from it."""
+    if not newer_version(theirs, ours) or theirs in seen or len(seen) >= limit:
+        return None
+    seen.add(theirs)
+    return (
+        f"runs SAPO Swarm {theirs}, this node {ours}: update when you can (the installer, or the app's "
+        "update); this version goes on sharing with it meanwhile"
+    )
 
 
 def open_swarm(
