@@ -15,6 +15,7 @@ from sapo_core import logs
 
 BENCHMARKS: list[tuple[str, str]] = [
     ("swarm", "publish/gather latency p50/p95 and bytes per round of N light peers on loopback"),
+    ("seed", "a seed process's memory and CPU while N light peers join through it, publish, gather and churn"),
     ("training", "GRPO-update tokens/s against a plain forward+backward; peak node memory"),
     ("generation", "rollout tokens/s: our llama.cpp sampler vs rl-swarm's generate x G and HF batched generate"),
     ("tasks", "baseline reward per task, prompt style and answer extraction of the untrained model"),
