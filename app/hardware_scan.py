@@ -88,6 +88,12 @@ class HardwareReport:
     recommended_reason: str
     models: list[ModelOption]
     warnings: list[str] = field(default_factory=list)
+    probe: dict[str, Any] | None = None  # this machine's measured round (probe.py), if there is one
+
+    @property
+    def measured(self) -> bool:
+        """Whether the round times come from rounds measured here, not the formula."""
+        return self.probe is not None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HardwareReport:
@@ -134,6 +140,7 @@ class HardwareReport:
             recommended_reason=choice["reason"],
             models=models,
             warnings=list(choice.get("warnings", [])),
+            probe=data.get("probe") if isinstance(data.get("probe"), dict) else None,
         )
 
     def option(self, model_id: str) -> ModelOption | None:
@@ -151,12 +158,15 @@ class HardwareScan(QObject):
         self.python = python or sys.executable
         self.process: QProcess | None = None
 
-    def start(self) -> None:
+    def start(self, probe: bool = False) -> None:
+        """Scan; with `probe`, first measure this machine (two real rounds of the embedded model,
+        about a minute, cached: `sapo-node hardware --probe`)."""
         p = self.process = QProcess(self)
         p.finished.connect(self._on_process_finished)
         p.errorOccurred.connect(self._on_process_error_occurred)
         # judged as 'auto': the recommendation must not depend on the model the config names now
-        p.start(self.python, ["-m", "sapo_core.cli", "hardware", "--json", "--model", "auto"])
+        args = ["-m", "sapo_core.cli", "hardware", "--json", "--model", "auto"] + (["--probe"] if probe else [])
+        p.start(self.python, args)
 
     def running(self) -> bool:
         return self.process is not None and self.process.state() != QProcess.ProcessState.NotRunning

@@ -198,7 +198,12 @@ class SetupWizard(QDialog):
     """The user pressed Join: the NodeConfig to save and run."""
 
     def __init__(
-        self, base: NodeConfig | None = None, parent: QWidget | None = None, scan: bool = True, invitation: str = ""
+        self,
+        base: NodeConfig | None = None,
+        parent: QWidget | None = None,
+        scan: bool = True,
+        invitation: str = "",
+        measure: bool = True,
     ) -> None:
         super().__init__(parent)
         self.setStyleSheet(style_sheet())  # inline errors (#errorText) in red, colours from the palette
@@ -217,6 +222,11 @@ class SetupWizard(QDialog):
         self.scanner = HardwareScan(self)
         self.scanner.finished.connect(self._on_scanner_finished)
         self.scanner.failed.connect(self._on_scanner_failed)
+        # this machine's real rounds, measured while the first page is read (once: then cached)
+        self.measure = measure
+        self.measurer = HardwareScan(self)
+        self.measurer.finished.connect(self._on_measurer_finished)
+        self.measurer.failed.connect(self._on_measurer_failed)
 
         self.pages = QStackedWidget()
         self.pages.addWidget(self._machine_page())
@@ -257,6 +267,8 @@ class SetupWizard(QDialog):
         self.scan_busy = QProgressBar(textVisible=False, maximumHeight=6)
         self.scan_busy.setRange(0, 0)
         self.scan_label = QLabel("Scanning this computer…", wordWrap=True)
+        self.measure_label = QLabel(wordWrap=True)
+        self.measure_label.hide()
         self.machine_form = QFormLayout()
         self.models = QTreeWidget()
         self.models.setHeaderLabels(["Model", "Verdict", "Parameters", "Download", "Rounds / h", "Memory", "Licence"])
@@ -267,20 +279,58 @@ class SetupWizard(QDialog):
         self.model_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         col.addWidget(self.scan_busy)
         col.addWidget(self.scan_label)
+        col.addWidget(self.measure_label)
         col.addLayout(self.machine_form)
         col.addWidget(self.models, 1)
         col.addWidget(self.model_note)
         return page
 
     def _on_scanner_finished(self, report: HardwareReport) -> None:
-        self.report = report
+        self._show_report(report)
+        if report.measured or not self.measure:
+            self.scan_busy.hide()
+            return
+        self.measure_label.setText(
+            "Measuring this computer: two real rounds of the built-in model (about a minute, once). "
+            "Rounds per hour below are a formula's guess until then."
+        )
+        self.measure_label.show()
+        self.measurer.start(probe=True)
+
+    def _on_measurer_finished(self, report: HardwareReport) -> None:
         self.scan_busy.hide()
+        p = report.probe or {}
+        self.measure_label.setText(
+            f"Measured on this computer: a round of the built-in model ({p.get('threads', '?')} thread(s), "
+            f"2 questions × 4 answers) took {float(p.get('round_seconds', 0)):.0f} s; rounds per hour below "
+            "are scaled from it."
+        )
+        self._show_report(report)
+
+    def _on_measurer_failed(self, why: str) -> None:
+        self.scan_busy.hide()
+        self.measure_label.setText(
+            f"Could not measure this computer ({why}); rounds per hour below are a formula's guess "
+            "(sapo-node hardware --probe measures it later)."
+        )
+
+    def _show_report(self, report: HardwareReport) -> None:
+        """The scan's figures on the page (again, when the measured ones replace the guess)."""
+        chosen = self.models.currentItem()
+        keep = chosen.data(0, Qt.ItemDataRole.UserRole) if chosen is not None and self.report is not None else None
+        if self.report is not None and keep == self.report.recommended:
+            keep = None  # not the user's pick but the old recommendation: follow the new one
+        self.report = report
         self.scan_label.setText(f"<b>Recommended:</b> {report.recommended_reason}")
+        while self.machine_form.rowCount():
+            self.machine_form.removeRow(0)
+        self.models.clear()
+        self.model_note.setText("")
         for what, value, how in report.machine:
             label = QLabel(value)
             label.setToolTip(f"found by: {how}")
             self.machine_form.addRow(f"{what}:", label)
-        preferred = self.choices.model if report.option(self.choices.model) else report.recommended
+        preferred = keep or (self.choices.model if report.option(self.choices.model) else report.recommended)
         bold = QFont()
         bold.setBold(True)
         for m in sorted(report.models, key=lambda m: m.usefulness()):
@@ -562,11 +612,13 @@ class SetupWizard(QDialog):
             self._show_page(1)
             return
         self.scanner.cancel()
+        self.measurer.cancel()
         self.joined.emit(apply_choices(self.base, c, self.swarms))
         self.accept()
 
     def done(self, result: int) -> None:  # closing the dialog in any way ends the scan
         self.scanner.cancel()
+        self.measurer.cancel()
         super().done(result)
 
 

@@ -74,6 +74,37 @@ def test_the_wizard_scans_recommends_and_joins(qtbot, data):
     assert cfg.control.throttle == pytest.approx(0.3)
 
 
+def test_the_wizard_measures_this_computer_while_the_first_page_is_read(qtbot, data, tmp_path, monkeypatch):
+    """No probe cached: after the scan the wizard runs the real one (two rounds of the embedded
+    model) and shows rounds per hour from it, not the formula's guess; the user's pick stays."""
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(tmp_path / "fresh-cache"))  # nothing measured yet
+    wizard = SetupWizard()
+    qtbot.addWidget(wizard)
+    with qtbot.waitSignal(wizard.scanner.finished, timeout=180_000) as scanned:
+        wizard.show()
+    assert not scanned.args[0].measured and wizard.measure_label.isVisible()
+    assert "Measuring this computer" in wizard.measure_label.text()
+    guessed = {m.id: m.rounds_per_hour for m in scanned.args[0].models}
+    items = [wizard.models.topLevelItem(i) for i in range(wizard.models.topLevelItemCount())]
+    other = next(i for i in items if i.data(0, Qt.ItemDataRole.UserRole) != scanned.args[0].recommended)
+    wizard.models.setCurrentItem(other)  # the user's own pick, which the measured figures keep
+    picked = other.data(0, Qt.ItemDataRole.UserRole)
+    with qtbot.waitSignal(wizard.measurer.finished, timeout=600_000) as measured:
+        pass
+    report = measured.args[0]
+    assert report.measured and report.probe["round_seconds"] > 0
+    assert "Measured on this computer" in wizard.measure_label.text() and not wizard.scan_busy.isVisible()
+    shown = {
+        wizard.models.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole): wizard.models.topLevelItem(i).text(4)
+        for i in range(wizard.models.topLevelItemCount())
+    }
+    assert shown == {m.id: f"{m.rounds_per_hour:.0f}" for m in report.models}  # the measured figures
+    assert shown != {k: f"{v:.0f}" for k, v in guessed.items()}  # not the guess
+    assert wizard.models.currentItem().data(0, Qt.ItemDataRole.UserRole) == picked
+    assert wizard.machine_form.rowCount() == len(report.machine)  # redrawn, not doubled
+    wizard.close()
+
+
 def test_settings_survive_a_restart_of_the_window(qtbot, data):
     save_config(tiny(data), data / "node.toml")
     first = MainWindow(WorkerBridge(), UiSettings(), use_tray=False)
