@@ -60,6 +60,17 @@ def _parse_value(text: str) -> Any:
         return text  # a bare word: a string
 
 
+def parse_set(items: list[str], example: str) -> dict[str, Any]:
+    """--set KEY=VALUE arguments as config changes (values read as TOML where they parse)."""
+    changes: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item}: write KEY=VALUE, e.g. {example}")
+        key, value = item.split("=", 1)
+        changes[key.strip()] = _parse_value(value.strip())
+    return changes
+
+
 class JoinChoiceError(ValueError):
     """--join or --swarm (or swarm.listed_swarm) names something unusable; the text says what."""
 
@@ -95,12 +106,7 @@ def build_config(args: argparse.Namespace) -> NodeConfig:
     else:
         cfg = NodeConfig()
     cfg = _apply_swarm_choice(cfg, args)
-    changes: dict[str, Any] = {}
-    for item in args.set:
-        if "=" not in item:
-            raise ConfigError(f"--set {item}: write KEY=VALUE, e.g. train.learning_rate=1e-4")
-        key, value = item.split("=", 1)
-        changes[key.strip()] = _parse_value(value.strip())
+    changes = parse_set(args.set, "train.learning_rate=1e-4")
     flags = {
         "model.name": args.model,
         "round.local_groups": args.local_groups,

@@ -28,7 +28,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from sapo_core import logs, paths
 from sapo_core.config import ConfigError, NodeConfig, from_dict, load_config, to_dict
@@ -60,16 +59,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 def seed_config(args: argparse.Namespace) -> NodeConfig:
     """The swarm settings of a seed: the config's (or a listed swarm's), always reachable, relaying
     for others, no LAN announcements, listening on a fixed port."""
-    from sapo_core.commands.run import _apply_swarm_choice, _parse_value
+    from sapo_core.commands.run import _apply_swarm_choice, parse_set
 
     cfg = load_config(args.config) if args.config else NodeConfig()
     cfg = _apply_swarm_choice(cfg, argparse.Namespace(join=None, swarm=args.swarm))
-    changes: dict[str, Any] = {}
-    for item in args.set:
-        if "=" not in item:
-            raise ConfigError(f"--set {item}: write KEY=VALUE, e.g. swarm.swarm_name=my-swarm")
-        key, value = item.split("=", 1)
-        changes[key.strip()] = _parse_value(value.strip())
+    changes = parse_set(args.set, "swarm.swarm_name=my-swarm")
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: must be 1..65535 (a fixed port: peers keep it in their lists)")
     data = Path(args.data_dir).expanduser() if args.data_dir else paths.data_dir() / "seed"
