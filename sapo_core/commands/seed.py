@@ -138,10 +138,15 @@ def serve(cfg: NodeConfig, stop: threading.Event, status_every: float = 60.0) ->
         log.info(f"seed {identity.name} ({identity.peer_id}) serves swarm '{s.swarm_name}'")
         for a in addresses:
             log.info(f"join with: --initial-peers {a}")
-        while not stop.wait(status_every):
+
+        def status() -> None:
             refused = counts.snapshot()
             said = ", ".join(f"{n} {r}" for r, n in sorted(refused.items())) or "none"
             log.info(f"{dht.num_peers()} peers; values refused so far: {said}; memory {rss_mb():.0f} MB")
+
+        while not stop.wait(status_every):
+            status()
+        status()  # the last word before stopping: what the seed saw, even in a run shorter than a period
     finally:
         dht.close()
     log.info("seed stopped")
