@@ -8,6 +8,7 @@ round's `swarm/...` figures (history included), peer names from the gather phase
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal
@@ -36,6 +37,17 @@ def _saved_config() -> NodeConfig | None:
     from app.settings import has_node_config, load_node_config
 
     return load_node_config() if has_node_config() else None
+
+
+def _page_url(loader: Callable[[], NodeConfig | None]) -> str:
+    """The page of the swarm the node is in ("" for none, or a config that cannot be read)."""
+    from sapo_core.swarm.swarmlist import page_url
+
+    try:
+        cfg = loader()
+        return page_url(cfg) if cfg is not None else ""
+    except Exception:  # a broken config is the settings page's to report, not the swarm tab's
+        return ""
 
 
 TOTAL_WORDS = {
@@ -82,6 +94,11 @@ class SwarmView(QWidget):
         self.peer_label.setWordWrap(True)
         form.addRow("Name:", self.name_label)
         form.addRow("Peer ID:", self.peer_label)
+        # the swarm's own page (its seed's, from the swarm list; or this node's, swarm.page_port)
+        self._config_loader = config_loader or _saved_config
+        self.page_label = QLabel(openExternalLinks=True, wordWrap=True)
+        self.page_label.setObjectName("swarmPage")
+        form.addRow("Swarm page:", self.page_label)
         # joining: reachability, the invitation (text and QR code), the network check (app/joining.py)
         self.joining = JoiningBox(config_loader or _saved_config)
         self.joining.invite_copied.connect(self.invite_copied)
@@ -144,6 +161,12 @@ class SwarmView(QWidget):
                 f"<b>In the swarm</b> as {m.node_name or 'this node'}: every round it publishes "
                 "its groups and trains on verified groups from peers."
             )
+        self.page_url = _page_url(self._config_loader)
+        self.page_label.setText(
+            f'<a href="{html.escape(self.page_url)}">{html.escape(self.page_url)}</a>'
+            if self.page_url
+            else "none (this swarm has no seed with a page; any node can serve one: swarm.page_port)"
+        )
         self.name_label.setText(m.node_name or "—")
         self.peer_label.setText(m.peer_id or "—")
         self.joining.show_state(m.invite, m.last_figures, m.alone)

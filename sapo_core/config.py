@@ -348,6 +348,13 @@ class SwarmConfig:
     max_record_kib: int = _help("Largest record this node publishes per round, in KiB (hard limit 256).", 256)
     replicas: int = _help("DHT nodes that store each of our values.", 5)
     publish_timeout: float = _help("Seconds a round waits for its publish before going on.", 10.0)
+    page_port: int = _help(
+        "Serve the swarm's page (what this node sees of its swarm: nodes, groups verified and refused, "
+        "receipts; read-only HTTP, / and /api/status) on this TCP port; 0: no page. `sapo-node seed` "
+        "serves it on 31331.",
+        0,
+    )
+    page_host: str = _help("IP address the swarm's page listens on (127.0.0.1: this computer only).", "127.0.0.1")
     gather_timeout: float = _help("Seconds a round waits for peers' groups before going on with what it has.", 10.0)
     rpc_timeout: float = _help("Seconds before one DHT request counts as lost.", 3.0)
     start_timeout: float = _help("Seconds the p2p daemon may take to start.", 30.0)
@@ -432,6 +439,7 @@ class SwarmConfig:
             f"'{self.listed_swarm}' must be 1..64 letters, digits, '.', '_' or '-'",
         )
         _check(self.window_seconds >= 5, "swarm.window_seconds", "must be at least 5")
+        _check(0 <= self.page_port < 65536, "swarm.page_port", "must be 0 (no page) or 1..65535")
         _check(1 <= self.shards <= 4096, "swarm.shards", "must be 1..4096")
         _check(1 <= self.shards_read <= self.shards, "swarm.shards_read", "must be 1..swarm.shards")
         _check(1 <= self.records_per_gather <= 64, "swarm.records_per_gather", "must be 1..64")

@@ -123,6 +123,12 @@ class Node:
         self.tasks = TaskSet(cfg.tasks, seed=mixed_seed(cfg.seed, identity), held_out=HeldOut(cfg.eval.questions))
         self._resume()
         self._write_config_snapshot()
+        if self._source is not None and hasattr(self._source, "describe"):
+            self._source.describe(model=plan.model_id)
+            rounds, _ = self.store.series("eval/solve_rate")
+            if rounds:  # what we last measured, said again after a restart
+                row = self.store.rounds(since=rounds[-1] - 1, limit=1)
+                self._describe_self(rounds[-1], row[0].metrics if row else {})
         given = self._sampler_factory(self) if self._sampler_factory is not None else None
         self._sampler = ResilientSampler(cfg.sampler, self.policy, paths.cache_dir(), given, "given by the caller")
         self._sampler.set_threads(threads)
@@ -194,6 +200,7 @@ class Node:
         if r == 1 and self._evaluator is not None:  # round 0: the base model, before any update
             with timer("eval"):
                 evaluated = self.evaluate()
+                self._describe_self(0, evaluated)
 
         # 1. sample: I questions of our own, G completions each
         with timer("sample"):
@@ -251,6 +258,7 @@ class Node:
         if self._evaluator is not None and (final or self._eval_due(r)):
             with timer("eval"):
                 evaluated.update(self.evaluate())
+                self._describe_self(r, evaluated)
 
         # 8. record: figures, the next round's size, checkpoint (atomic), store row
         levels = {d: self.tasks.curriculum.level(d) for d in self.tasks.datasets}
@@ -309,6 +317,14 @@ class Node:
             return True
         since = [t for x, t in zip(*self.store.series("time/round")) if x > eval_rounds[-1]]
         return eval_within_share(eval_seconds[-1], sum(since), self.cfg.eval.max_share)
+
+    def _describe_self(self, after_round: int, m: dict) -> None:
+        """Our latest held-out figure, in our next index entries (the swarm's page shows it,
+        labelled self-reported)."""
+        if self._source is None or not hasattr(self._source, "describe") or "eval/solve_rate" not in m:
+            return
+        n = max(1, int(m.get("eval/samples", 1)) * int(m.get("eval/questions", 1)))
+        self._source.describe(held_out=(after_round, float(m["eval/solve_rate"]), n))
 
     def evaluate(self) -> dict[str, float]:
         """The held-out figures (`eval/...`) of the policy as the sampler now follows it."""

@@ -78,3 +78,17 @@ def test_the_network_check_runs_the_doctor_in_a_child(qtbot, tmp_path, monkeypat
         assert not box.check_button.isEnabled()
     assert "✓ <b>daemon</b>" in done.args[0] and "listening on /ip4/127.0.0.1/tcp/" in done.args[0]
     assert "no bootstrap peers configured" in done.args[0] and box.check_button.isEnabled()
+
+
+def test_the_swarm_tab_links_to_the_swarm_s_page(qtbot):
+    from app.models import SwarmModel
+    from app.swarm_view import SwarmView
+
+    cfg = NodeConfig().replace(**{"swarm.page_port": 31399})
+    view = SwarmView(SwarmModel(), config_loader=lambda: cfg)
+    qtbot.addWidget(view)
+    assert view.page_url == "http://127.0.0.1:31399/"
+    assert 'href="http://127.0.0.1:31399/"' in view.page_label.text() and view.page_label.openExternalLinks()
+    alone = SwarmView(SwarmModel(), config_loader=lambda: NodeConfig())
+    qtbot.addWidget(alone)
+    assert alone.page_url == "" and "none" in alone.page_label.text()

@@ -49,6 +49,7 @@ class SolvedGroups:
         self.tasks = TaskSet(tasks_cfg, seed=99)
         self.published = []
         self.receipts = []
+        self.described = []
 
     def publish(self, round, groups, receipts=()):
         self.published.append((round, len(groups)))
@@ -66,6 +67,9 @@ class SolvedGroups:
 
     def stats(self):
         return {"swarm/peers": 1.0}
+
+    def describe(self, model=None, held_out=None):
+        self.described.append((model, held_out))
 
     def receipts_for_us(self):
         # a peer says it trained on our group 0 of round 1 (as a DhtRolloutSource finds in records)
@@ -127,6 +131,28 @@ def test_rounds_are_recorded_and_resume_where_they_stopped(tmp_path, data_dir):
     assert resumed_source.receipts == [[("peer-x", 2, 0)]]
     store = RunStore(tmp_path / "run" / "rounds.sqlite")
     assert [r.round for r in store.rounds()] == [1, 2, 3]
+
+
+def test_the_node_tells_the_swarm_its_model_and_each_held_out_figure(tmp_path, data_dir):
+    changes = {"round.external_groups": 1, "eval.enabled": True, "eval.every_rounds": 2, "eval.max_share": 1.0}
+    cfg = tiny_config(tmp_path / "run", **changes, **{"eval.questions": 2, "eval.samples": 2, "eval.greedy": False})
+    source = SolvedGroups(cfg.tasks)
+    node = Node(cfg, source=source)
+    node.setup()
+    rows = [node.run_round() for _ in range(2)]
+    node.close()
+    assert source.described[0] == ("tiny-random", None)
+    n = len(node.tasks.datasets) * 2 * 2  # questions per dataset x samples
+    # the base model before round 1, then after round 2 (eval.every_rounds)
+    assert source.described[1:] == [
+        (None, (0, rows[0]["eval/solve_rate"], n)),
+        (None, (2, rows[1]["eval/solve_rate"], n)),
+    ]
+    again = SolvedGroups(cfg.tasks)
+    node = Node(cfg, source=again)
+    node.setup()  # a restart says the last figure again at once
+    node.close()
+    assert again.described == [("tiny-random", None), (None, (2, rows[1]["eval/solve_rate"], n))]
 
 
 def test_zero_variance_groups_are_not_trained_on(tmp_path, data_dir):

@@ -27,6 +27,7 @@ from sapo_core.swarm.swarmlist import (
     apply_swarm,
     find_swarm,
     load_swarms,
+    page_url,
     parse_swarms,
 )
 from sapo_core.tasks import TaskSet
@@ -110,6 +111,8 @@ def test_swarm_list_ships_an_honest_example_and_takes_the_users(tmp_path):
         ("[[swarm]]\nname = 'a'\nport = 1\n", "unknown key(s) port"),
         ("[[swarm]]\nname = 'a'\nbootstrap = ['/ip4/1.2.3.4/tcp/1']\n", "bootstrap: '/ip4/1.2.3.4/tcp/1'"),
         ("[[swarm]]\nname = 'a'\n[swarm.tasks]\nbf = -1\n", "tasks.bf: weight"),
+        ("[[swarm]]\nname = 'a'\npage = 'javascript:alert(1)'\n", "page: an http:// or https://"),
+        ("[[swarm]]\nname = 'a'\npage = 'https://x.org/\"><b>'\n", "page: an http:// or https://"),
         ("swarm = 3\n", "[[swarm]] table"),
         ("[[swarm]\n", "not valid TOML"),
     ],
@@ -240,3 +243,12 @@ def test_sapo_node_swarms_lists_and_adds(tmp_path, monkeypatch, capsys):
     assert find_swarm("lab", tmp_path / "swarms.toml").bootstrap == [PRIVATE]
     assert main(["swarms"]) == 0 and "our lab" in capsys.readouterr().out
     assert main(["swarms", "add", "sapo://join/x"]) == 2 and "names no peer" in capsys.readouterr().err
+    # a listed swarm's page, where its entry has one: in the list, and as this node's when it joins it
+    add_user_swarm(SwarmEntry(name="lab", shards=4, page="https://swarm.example.org/"), tmp_path / "swarms.toml")
+    (tmp_path / "node.toml").write_text("[swarm]\nlisted_swarm = 'lab'\n")
+    assert main(["swarms"]) == 0
+    out = capsys.readouterr().out
+    assert "the swarm's page: https://swarm.example.org/" in out
+    assert "This node's swarm: lab; its page: https://swarm.example.org/" in out
+    assert page_url(NodeConfig().replace(**{"swarm.page_port": 31331})) == "http://127.0.0.1:31331/"
+    assert page_url(NodeConfig()) == ""  # the default swarm has no page

@@ -87,6 +87,34 @@ def test_index_round_trip_and_decode_any():
     assert decode_any(encode_record(small_record), "swarm-a") == small_record
 
 
+def test_an_index_entry_says_its_model_and_held_out_figure_and_a_bad_one_is_refused():
+    entry = IndexEntry("swarm-a", 12, 5, "QmPeer", 3, 4, 2, 18000, "0.1.0", "smollm2-135m-instruct", (40, 0.3125, 384))
+    payload = encode_index(entry)
+    assert len(payload) < 250
+    got = decode_index(payload, "swarm-a")
+    assert got.model == "smollm2-135m-instruct" and got.held_out == (40, 0.312, 384)  # thousandths on the wire
+    raw = msgpack.unpackb(payload)
+    for key, bad in [
+        ("m", "<script>"),
+        ("m", "x" * 65),
+        ("m", 5),
+        ("ho", [40, 1001, 384]),  # a solve rate above 1
+        ("ho", [40, 312, 0]),  # over no completions
+        ("ho", [-1, 312, 384]),
+        ("ho", [40, 312.5, 384]),
+        ("ho", [40, 312]),
+        ("ho", "0.31"),
+    ]:
+        with pytest.raises(RecordError) as e:
+            decode_index(msgpack.packb({**raw, key: bad}), "swarm-a")
+        assert e.value.reason == "malformed", (key, bad)
+    # both keys are optional: an older node's entry has neither
+    older = {k: v for k, v in raw.items() if k not in ("m", "ho")}
+    assert decode_index(msgpack.packb(older), "swarm-a") == IndexEntry(
+        "swarm-a", 12, 5, "QmPeer", 3, 4, 2, 18000, "0.1.0"
+    )
+
+
 @pytest.mark.parametrize(
     "payload, reason",
     [

@@ -199,6 +199,14 @@ def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
         assert sum(m["swarm/unlikely"] for m in last.values()) <= 0.25 * 8 * sum(
             m["swarm/received"] for m in last.values()
         )
+        # each node says its model in its index entries: what the swarm's page shows of it
+        from sapo_core.swarm.observer import SwarmObserver
+
+        src = nodes[0]._source
+        observer = SwarmObserver(src.dht, src.keyspace, src.tasks, {"swarm": "t"}, history_path=None)
+        observer.poll()
+        seen = {n["peer_id"]: n for n in observer.status()["nodes"]}
+        assert {seen[n._source.node_id]["model"] for n in nodes} == {"smollm2-135m-instruct"}
     finally:
         for node in nodes:
             node.close()

@@ -13,8 +13,9 @@ node does), and keeps what makes it a good bootstrap peer stable across restarts
 - `seed.json` in the data directory says what it serves (peer id, join addresses, swarm) for
   tools and the swarm list (docs/deploy.md).
 
-It logs to stdout (one line a minute: peers, records refused by reason, its memory) and exits
-cleanly, p2pd included, on SIGTERM or SIGINT.
+It serves the swarm's page (swarm/page.py: `/` for people, `/api/status` for tools) on
+`--page-port` (default 31331; 0: none). It logs to stdout (one line a minute: peers, records
+refused by reason, its memory) and exits cleanly, p2pd included, on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from sapo_core.config import ConfigError, NodeConfig, from_dict, load_config, to
 log = logging.getLogger("sapo_core.seed")
 
 DEFAULT_PORT = 31330
+DEFAULT_PAGE_PORT = 31331
 SEED_INFO = "seed.json"
 
 
@@ -54,6 +56,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--initial-peers", nargs="*", default=[], help="other seeds of the same swarm to join")
     p.add_argument("--status-every", type=float, default=60.0, help="seconds between status lines (default 60)")
+    p.add_argument(
+        "--page-port",
+        type=int,
+        default=DEFAULT_PAGE_PORT,
+        help=f"TCP port of the swarm's page, read-only HTTP (default {DEFAULT_PAGE_PORT}; 0: no page)",
+    )
+    p.add_argument("--page-host", help="IP address the page listens on (default: --host's)")
 
 
 def seed_config(args: argparse.Namespace) -> NodeConfig:
@@ -66,6 +75,8 @@ def seed_config(args: argparse.Namespace) -> NodeConfig:
     changes = parse_set(args.set, "swarm.swarm_name=my-swarm")
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: must be 1..65535 (a fixed port: peers keep it in their lists)")
+    if not 0 <= args.page_port < 65536 or (args.page_port and args.page_port == args.port):
+        raise ConfigError(f"--page-port {args.page_port}: must be 0 (no page) or 1..65535, not --port's")
     data = Path(args.data_dir).expanduser() if args.data_dir else paths.data_dir() / "seed"
     host = _maddr(args.host, args.port)
     changes.update(
@@ -103,8 +114,11 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 1e6
 
 
-def serve(cfg: NodeConfig, stop: threading.Event, status_every: float = 60.0) -> int:
-    """Run the seed until `stop` is set; 0 on a clean stop, 1 if the DHT could not start."""
+def serve(
+    cfg: NodeConfig, stop: threading.Event, status_every: float = 60.0, page: tuple[str, int] | None = None
+) -> int:
+    """Run the seed until `stop` is set; 0 on a clean stop, 1 if the DHT (or the page's port)
+    could not start. `page`: (host, port) of the swarm's page, None for none."""
     from sapo_core.swarm.dht import SwarmDHT, SwarmError
     from sapo_core.swarm.identity import load_or_create_identity
     from sapo_core.swarm.keys import KeySpace
@@ -122,6 +136,7 @@ def serve(cfg: NodeConfig, stop: threading.Event, status_every: float = 60.0) ->
     except SwarmError as e:
         log.error(f"the seed could not start: {e}")
         return 1
+    swarm_page = None
     try:
         # the address to hand out first (the announced public one where given), then the rest
         addresses = list(dict.fromkeys(a for a in [dht.best_maddr(), *dht.visible_maddrs] if "/p2p/" in a))
@@ -136,6 +151,13 @@ def serve(cfg: NodeConfig, stop: threading.Event, status_every: float = 60.0) ->
         }
         _write_json(data / SEED_INFO, info)
         log.info(f"seed {identity.name} ({identity.peer_id}) serves swarm '{s.swarm_name}'")
+        if page is not None:
+            try:
+                swarm_page = _start_page(cfg, dht, keyspace, identity, addresses, page)
+            except OSError as e:
+                log.error(f"the swarm's page cannot listen on {page[0]}:{page[1]} ({e}); --page-port 0: no page")
+                return 1
+            log.info(f"the swarm's page: {swarm_page.url} (JSON: {swarm_page.url}api/status)")
         for a in addresses:
             log.info(f"join with: --initial-peers {a}")
 
@@ -148,9 +170,27 @@ def serve(cfg: NodeConfig, stop: threading.Event, status_every: float = 60.0) ->
             status()
         status()  # the last word before stopping: what the seed saw, even in a run shorter than a period
     finally:
+        if swarm_page is not None:
+            swarm_page.close()
         dht.close()
     log.info("seed stopped")
     return 0
+
+
+def _start_page(cfg: NodeConfig, dht, keyspace, identity, addresses: list[str], page: tuple[str, int]):
+    from sapo_core import __version__
+    from sapo_core.swarm.page import start_page
+    from sapo_core.tasks import TaskSet
+
+    about = {
+        "swarm": cfg.swarm.swarm_name,
+        "name": identity.name,
+        "peer_id": identity.peer_id,
+        "join": addresses,
+        "version": __version__,
+    }
+    tasks = TaskSet(cfg.tasks, seed=cfg.seed)  # regenerates peers' questions to verify them
+    return start_page(dht, keyspace, tasks, about, page[0], page[1], data_dir=cfg.run_dir)
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -172,4 +212,5 @@ def main(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    return serve(cfg, stop, args.status_every)
+    page = (args.page_host or args.host, args.page_port) if args.page_port else None
+    return serve(cfg, stop, args.status_every, page)

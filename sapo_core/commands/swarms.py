@@ -72,15 +72,21 @@ def _maintain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _update(args: argparse.Namespace) -> int:
+def _node_config():
+    """The config the node runs with (node.toml in the data directory), or the defaults."""
     from sapo_core import paths
     from sapo_core.config import NodeConfig, load_config
+
+    node_toml = paths.data_dir() / "node.toml"
+    return load_config(node_toml) if node_toml.is_file() else NodeConfig()
+
+
+def _update(args: argparse.Namespace) -> int:
     from sapo_core.swarm.swarmlist import update_swarm_list
 
     urls = list(args.url)
     if not urls:
-        node_toml = paths.data_dir() / "node.toml"
-        urls = list((load_config(node_toml) if node_toml.is_file() else NodeConfig()).swarm.list_urls)
+        urls = list(_node_config().swarm.list_urls)
     if not urls:
         print("sapo-node swarms update: no URL (give --url, or set swarm.list_urls in node.toml)", file=sys.stderr)
         return 2
@@ -133,7 +139,13 @@ def main(args: argparse.Namespace) -> int:
         tasks = ", ".join(f"{k}:{v:g}" for k, v in e.tasks.items()) or "the default mix"
         print(
             f"{e.name}  ({e.source})\n    {e.description}\n    {peers}; window {e.window_seconds:g} s, "
-            f"{e.shards} shards, tasks {tasks}"
+            f"{e.shards} shards, tasks {tasks}" + (f"\n    the swarm's page: {e.page}" if e.page else "")
         )
     print(f"Add your own to {user_swarms_path()} (same layout), or: sapo-node swarms add <invitation>")
+    from sapo_core.swarm.swarmlist import page_url
+
+    cfg = _node_config()
+    if cfg.swarm.enabled:
+        page = page_url(cfg, entries)
+        print(f"This node's swarm: {cfg.swarm.listed_swarm or cfg.swarm.swarm_name}; its page: {page or 'none'}")
     return 0

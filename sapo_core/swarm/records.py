@@ -19,13 +19,20 @@ Wire format, version 2 (msgpack maps with short keys):
            rc: [[peer id, round, group index], ...],
            lp: [nil | [log-probs of completion 1, ...], ...]}        (optional, one per group)
   index:  {v, p, k:"idx", s, w, sh: shard, id, r, n: groups, ns: groups with signal, b: record bytes,
-           av: the publisher's app version}                          (av optional, since 0.1.0)
+           av: the publisher's app version,                          (av optional, since 0.1.0)
+           m: the model it trains, ho: [round, solve rate in thousandths, completions]}
+                                                     (m and ho optional, added 2026-11-24)
 
 Version 2 added per completion whether it ended by itself (`finished`: a
 receiver appends its stop token only then, never to a completion the sender cut) and the
 receipts `rc`: the external groups the publisher trained on in its previous round, each named
 by (producer's peer id, producer's round, group index in that producer's record). Version 1
 payloads are refused as `wrong_version` (the key prefix changed too, see keys.py).
+
+`m` and `ho` are what a node says about itself for the swarm's page (swarm/observer.py): its
+catalogue model and its latest held-out evaluation (after which round, the solve rate, over how
+many completions). Self-reported: shown as such, never used to choose peers. Older readers
+ignore both keys; this reader refuses a malformed one like any other malformed field.
 
 The log-probs `lp` (added 2026-11-24, still format 2) let a receiver correct for training on
 another policy's samples (truncated importance sampling, trainer.py). They are an optional
@@ -115,6 +122,8 @@ class IndexEntry:
     signal_groups: int  # as the sender scored them: a hint for choosing, never believed
     record_bytes: int
     app_version: str = ""  # the publisher's SAPO Swarm version, as it says ("" from older nodes)
+    model: str = ""  # the catalogue model it trains, as it says ("" from older nodes)
+    held_out: tuple[int, float, int] | None = None  # its last held-out: (after round, solve rate, completions)
 
 
 # --- encoding ---------------------------------------------------------------------------------
@@ -192,6 +201,8 @@ def encode_index(entry: IndexEntry) -> bytes:
             "ns": entry.signal_groups,
             "b": entry.record_bytes,
             **({"av": entry.app_version} if entry.app_version else {}),
+            **({"m": entry.model} if entry.model else {}),
+            **({"ho": _held_out_wire(entry.held_out)} if entry.held_out is not None else {}),
         }
     )
 
@@ -447,6 +458,8 @@ def decode_index(payload: Any, swarm: str) -> IndexEntry:
         _int(obj, "ns", 0, MAX_GROUPS),
         _int(obj, "b", 0, MAX_RECORD_BYTES),
         _app_version(obj.get("av", "")),
+        _model(obj.get("m", "")),
+        _held_out(obj.get("ho")),
     )
 
 
@@ -455,6 +468,34 @@ def _app_version(v: Any) -> str:
     if not isinstance(v, str) or len(v) > 32 or not all(c.isalnum() or c in ".+-" for c in v):
         raise RecordError("malformed", "app version is not a short version string")
     return v
+
+
+def _model(v: Any) -> str:
+    """An announced model: a short catalogue id or file name (letters, digits, '._-/+')."""
+    if not isinstance(v, str) or len(v) > 64 or not all(c.isalnum() or c in "._-/+" for c in v):
+        raise RecordError("malformed", "model is not a short model name")
+    return v
+
+
+def _held_out_wire(held_out: tuple[int, float, int]) -> list[int]:
+    after_round, rate, completions = held_out
+    return [int(after_round), round(min(1.0, max(0.0, rate)) * 1000), int(completions)]
+
+
+def _held_out(v: Any) -> tuple[int, float, int] | None:
+    """An announced held-out figure: [round >= 0, solve rate 0..1000 thousandths, completions >= 1]."""
+    if v is None:
+        return None
+    if not (
+        isinstance(v, list)
+        and len(v) == 3
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        and 0 <= v[0] < _INT64
+        and 0 <= v[1] <= 1000
+        and 1 <= v[2] <= 1_000_000
+    ):
+        raise RecordError("malformed", "held-out figure is not [round, thousandths, completions]")
+    return v[0], v[1] / 1000, v[2]
 
 
 def decode_any(payload: Any, swarm: str) -> Record | IndexEntry:

@@ -89,6 +89,10 @@ class RolloutSource(Protocol):
     def stats(self) -> dict[str, float]:
         """This round's figures, namespaced `swarm/...`, for the store row."""
 
+    def describe(self, model: str | None = None, held_out: tuple[int, float, int] | None = None) -> None:
+        """What this node says about itself in its next index entries, for the swarm's page:
+        its model, its latest held-out figure (after round, solve rate, completions)."""
+
     def close(self) -> None: ...
 
 
@@ -111,6 +115,9 @@ class NoSwarm:
 
     def stats(self) -> dict[str, float]:
         return {}
+
+    def describe(self, model: str | None = None, held_out: tuple[int, float, int] | None = None) -> None:
+        return None
 
     def close(self) -> None:
         return None
@@ -149,6 +156,9 @@ class DhtRolloutSource:
         self._dht_rejections_before: dict[str, int] = {}
         self._entries_per_key: float | None = None  # moving average over gathers
         self._newer_seen: set[str] = set()  # newer versions peers announced, said once each
+        self.page: Any = None  # the swarm's page, where swarm.page_port asks for it (open_swarm)
+        self._model = ""  # what we say about ourselves (describe)
+        self._held_out: tuple[int, float, int] | None = None
         # our latest record, kept readable while rounds outlast windows (see _republish_items)
         self._latest_lock = threading.Lock()
         self._latest: tuple[Record, int, int] | None = None  # (record, signal groups, first window)
@@ -316,7 +326,18 @@ class DhtRolloutSource:
         return out
 
     def close(self) -> None:
+        if self.page is not None:
+            self.page.close()
         self.dht.close()
+
+    def describe(self, model: str | None = None, held_out: tuple[int, float, int] | None = None) -> None:
+        if model is not None:
+            # a name the index can carry (records._model); a GGUF path of the volunteer's own is
+            # not shared, only its file name
+            name = Path(model).name[:64]
+            self._model = name if all(c.isalnum() or c in "._-/+" for c in name) else ""
+        if held_out is not None:
+            self._held_out = held_out
 
     def _items(self, record: Record, signal_groups: int, now: float) -> list[tuple[str, bytes, float]]:
         """The record and its index entry, ready to store: (key, payload, expiration) each."""
@@ -334,6 +355,8 @@ class DhtRolloutSource:
                 signal_groups,
                 len(payload),
                 APP_VERSION,
+                self._model,
+                self._held_out,
             )
         )
         expiration = self.keyspace.expiration(now)
@@ -715,4 +738,16 @@ def open_swarm(
     keyspace = KeySpace(cfg.swarm_name, cfg.window_seconds, cfg.shards)
     dht = SwarmDHT(cfg, identity, keyspace, ReasonCounter())
     dht.start()
-    return DhtRolloutSource(cfg, tasks, identity, dht, hooks, cutter=cutter)
+    source = DhtRolloutSource(cfg, tasks, identity, dht, hooks, cutter=cutter)
+    if cfg.page_port:
+        from sapo_core import __version__
+        from sapo_core.swarm.page import start_page
+
+        about = {"swarm": cfg.swarm_name, "name": identity.name, "peer_id": identity.peer_id, "version": __version__}
+        about["join"] = [source.join_address] if source.join_address else []
+        try:
+            source.page = start_page(dht, keyspace, tasks, about, cfg.page_host, cfg.page_port, data_dir=identity_dir)
+            log.info(f"swarm: the swarm's page, as this node sees it: {source.page.url}")
+        except OSError as e:  # the node trains without its page
+            log.warning(f"swarm: the swarm's page cannot listen on {cfg.page_host}:{cfg.page_port} ({e})")
+    return source

@@ -37,6 +37,7 @@ class SwarmEntry:
     shards: int = 16
     tasks: dict[str, float] = field(default_factory=dict)  # empty: the node's default mix
     source: str = ""  # the file it came from ("" for invitations)
+    page: str = ""  # the swarm's page (a seed's, swarm/page.py): an http(s) URL, "" for none
 
     def __post_init__(self) -> None:
         # SwarmConfig's own checks say what is wrong with a name, a peer, a window or shards
@@ -59,6 +60,12 @@ class SwarmEntry:
             raise SwarmListError(f"bootstrap: at most {MAX_BOOTSTRAP} peers")
         if len(self.description) > 500:
             raise SwarmListError("description: at most 500 characters")
+        if self.page and not (
+            self.page.startswith(("https://", "http://"))
+            and len(self.page) <= 200
+            and all(c.isprintable() and not c.isspace() and c not in "<>\"'" for c in self.page)
+        ):
+            raise SwarmListError("page: an http:// or https:// address of at most 200 characters")
         for task, weight in self.tasks.items():
             if task not in PAPER_SPECIALTIES:
                 raise SwarmListError(f"tasks.{task}: unknown task; known: {', '.join(PAPER_SPECIALTIES)}")
@@ -73,6 +80,8 @@ class SwarmEntry:
             "window_seconds": float(self.window_seconds),
             "shards": int(self.shards),
         }
+        if self.page:
+            out["page"] = self.page
         if self.tasks:
             out["tasks"] = {k: float(v) for k, v in self.tasks.items()}
         return out
@@ -81,7 +90,7 @@ class SwarmEntry:
 def _entry(table: Any, where: str) -> SwarmEntry:
     if not isinstance(table, Mapping):
         raise SwarmListError(f"{where}: each [[swarm]] must be a table")
-    known = {"name", "description", "bootstrap", "window_seconds", "shards", "tasks"}
+    known = {"name", "description", "bootstrap", "window_seconds", "shards", "tasks", "page"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise SwarmListError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -94,6 +103,7 @@ def _entry(table: Any, where: str) -> SwarmEntry:
             shards=int(table.get("shards", 16)),
             tasks=dict(table.get("tasks", {})),
             source=where.split(":")[0],
+            page=str(table.get("page", "")),
         )
     except (TypeError, ValueError) as e:
         raise SwarmListError(f"{where}: {e}") from None
@@ -154,6 +164,25 @@ def find_swarm(name: str, user_path: Path | None = None) -> SwarmEntry:
         f"no listed swarm is called '{name}'; listed: {', '.join(e.name for e in entries) or 'none'}"
         f" (add one to {user_swarms_path() if user_path is None else user_path})"
     )
+
+
+def page_url(cfg: NodeConfig, entries: list[SwarmEntry] | None = None) -> str:
+    """The page of the swarm this config joins: its listed entry's, else the node's own page
+    (swarm.page_port), else "" (a swarm without a page: on one network, by invitation)."""
+    if not cfg.swarm.enabled:
+        return ""
+    if cfg.swarm.listed_swarm:
+        try:
+            listed = load_swarms() if entries is None else entries
+        except (SwarmListError, OSError, ValueError):
+            listed = []
+        for e in listed:
+            if e.name == cfg.swarm.listed_swarm and e.page:
+                return e.page
+    if cfg.swarm.page_port:
+        host = cfg.swarm.page_host if cfg.swarm.page_host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return f"http://{f'[{host}]' if ':' in host else host}:{cfg.swarm.page_port}/"
+    return ""
 
 
 def add_user_swarm(entry: SwarmEntry, user_path: Path | None = None) -> Path:
