@@ -29,6 +29,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("gui", "dashboard redraw time with 10,000 rounds of history and the GUI process's memory (offscreen)"),
     ("floor", "likelihood of the embedded model's own completions vs injected links and garbage preambles"),
     ("probe", "the round-time estimate from this machine's probe against a real round of the embedded model"),
+    ("soak", "a node over N rounds beside churning light peers: RSS, files, processes, disk, round time"),
 ]
 
 

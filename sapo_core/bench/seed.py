@@ -50,7 +50,8 @@ def start_seed(data: Path, swarm: str, window: float) -> tuple[subprocess.Popen,
     """A `sapo-node seed` process on loopback and the address it says to join with."""
     port = _free_port()
     cmd = [sys.executable, "-m", "sapo_core.cli", "seed", "--data-dir", str(data), "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--set", f"swarm.swarm_name={swarm}", "--set", f"swarm.window_seconds={window}"]
+    cmd += ["--port", str(port), "--page-port", str(_free_port())]
+    cmd += ["--set", f"swarm.swarm_name={swarm}", "--set", f"swarm.window_seconds={window}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     seen = []

@@ -1,0 +1,57 @@
+"""`sapo-bench soak`: its slope and interval (hand-computed), the process accounting, and a
+short real soak (a node process, churning peers on loopback) that ends with its summary line
+and leaves no process behind."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from sapo_core.bench.soak import slope, tree_usage
+
+
+def test_slope_per_100_rounds_with_its_interval():
+    # y = 2 + 0.05 x exactly: 5 per 100 rounds, no spread
+    b, lo, hi = slope([1, 2, 3, 4], [2.05, 2.10, 2.15, 2.20])
+    assert b == pytest.approx(5.0) and lo == pytest.approx(5.0) and hi == pytest.approx(5.0)
+    # x = 0..4, y = 0, 1, 0, 1, 0: slope 0; residual variance 1.2/3 = 0.4, Sxx = 10,
+    # half-width 1.96 * sqrt(0.04) = 0.392 per round, 39.2 per 100
+    b, lo, hi = slope([0, 1, 2, 3, 4], [0, 1, 0, 1, 0])
+    assert b == pytest.approx(0.0, abs=1e-12) and hi == pytest.approx(39.2) and lo == pytest.approx(-39.2)
+    assert all(math.isnan(v) for v in slope([1, 2], [1, 2]))
+    assert all(math.isnan(v) for v in slope([3, 3, 3], [1, 2, 3]))
+
+
+def test_tree_usage_counts_a_process_and_its_children():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        seen: set[int] = set()
+        usage = tree_usage(os.getpid(), seen)
+        assert child.pid in seen and os.getpid() in seen
+        assert usage["rss_mb"] > usage["worker_rss_mb"] > 5 and usage["open_files"] >= 3 and usage["threads"] >= 2
+        assert usage["p2pd"] == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.node_process
+def test_a_short_soak_runs_a_real_node_beside_churning_peers(tmp_path):
+    cmd = [sys.executable, "-m", "sapo_core.bench.cli", "soak", "--rounds", "4", "--peers", "3"]
+    cmd += ["--churn-every", "5", "--threads", "1", "--out", str(tmp_path), "--seed", str(random.randrange(100))]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("soak: 4 rounds in ") and "RSS " in last and "round time " in last, last
+    assert "processes left after stop: 0" in done.stdout
+    rows = (tmp_path / "soak.csv").read_text().splitlines()
+    assert rows[0].startswith("round,wall_s,round_s,rss_mb") and len(rows) == 5
+    first = dict(zip(rows[0].split(","), rows[1].split(",")))
+    assert float(first["rss_mb"]) > 300 and int(float(first["p2pd"])) == 1 and float(first["disk_mb"]) > 0
