@@ -82,15 +82,19 @@ class Checkpoints:
         tmp = self.dir / f".{name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        rng_meta, torch_rng = capture_rng()
-        state.rng = rng_meta
-        save_file({k: v.contiguous() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
-        torch.save({"optimizer": optimizer, "torch_rng": torch_rng}, tmp / "optimizer.pt")
-        body = {"format": FORMAT_VERSION, **state.__dict__}
-        (tmp / "state.json").write_text(json.dumps(body, sort_keys=True), encoding="utf-8")
-        for f in tmp.iterdir():
-            _fsync_file(f)
-        fsync_dir(tmp)
+        try:
+            rng_meta, torch_rng = capture_rng()
+            state.rng = rng_meta
+            save_file({k: v.contiguous() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
+            torch.save({"optimizer": optimizer, "torch_rng": torch_rng}, tmp / "optimizer.pt")
+            body = {"format": FORMAT_VERSION, **state.__dict__}
+            (tmp / "state.json").write_text(json.dumps(body, sort_keys=True), encoding="utf-8")
+            for f in tmp.iterdir():
+                _fsync_file(f)
+            fsync_dir(tmp)
+        except BaseException:  # a full disk, say: leave no half-written checkpoint taking its space
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         if final.exists():  # a re-run of the same round after a crash: replace it
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,7 @@ from sapo_core.control.threads import starting_threads
 from sapo_core.cpu import trim_heap
 from sapo_core.evaluation import EvalSettings, Evaluator, HeldOut, eval_within_share, held_out_line
 from sapo_core.figures import PhaseTimer, round_figures
-from sapo_core.fsutil import atomic_write_bytes
+from sapo_core.fsutil import atomic_write_bytes, write_trouble
 from sapo_core.hardware import training_device
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.modelfiles import resolve_model
@@ -59,7 +61,7 @@ from sapo_core.rollouts import Completion, Group
 from sapo_core.roundshape import RoundShape
 from sapo_core.sampler import SamplerError, SamplingParams
 from sapo_core.sampler.resilient import ResilientSampler
-from sapo_core.store import STORE_NAME, RunStore
+from sapo_core.store import STORE_NAME, RunStore, StoreError
 from sapo_core.swarm.likelihood import filter_unlikely
 from sapo_core.tasks import TaskSet
 from sapo_core.trainer import Trainer, TrainSequence
@@ -97,7 +99,10 @@ class Node:
     def setup(self) -> None:
         cfg, hooks = self.cfg, self.hooks
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.store = RunStore(self.run_dir / STORE_NAME)
+        trouble = write_trouble(self.run_dir)
+        if trouble:  # said before any work, not after the first round's
+            raise NodeError(f"the run directory {self.run_dir} cannot take the node's progress: {trouble}")
+        self.store = self._open_store()
         self.checkpoints = Checkpoints(self.run_dir)
         self.threads = threads = self.choose_threads()
         torch.set_num_threads(threads)
@@ -278,13 +283,49 @@ class Node:
         metrics["time/round"] = time.time() - started - timer.seconds.get("eval", 0.0)
         self._autoscale(metrics["time/round"])  # before the checkpoint: a resumed node runs at the new size
         self._receipts = batch.receipts  # named in our next round's record (and checkpointed for it)
-        with timer("save"):
-            hooks.progress("save", 0, 1)
-            self._save(r, metrics, started)
-        metrics["time/save"] = timer.seconds["save"]
-        self.store.record_round(r, metrics, started)
+        saved = False
+        try:
+            with timer("save"):
+                hooks.progress("save", 0, 1)
+                self._save(r, metrics, started)
+            saved = True
+            metrics["time/save"] = timer.seconds["save"]
+            self.store.record_round(r, metrics, started)
+        except Interrupted:
+            raise
+        except Exception as e:  # the disk: full, turned read-only, failing
+            raise NodeError(self._save_failed(r, e, saved)) from e
         self.next_round = r + 1
         return metrics
+
+    def _save_failed(self, r: int, error: Exception, saved: bool) -> str:
+        why = write_trouble(self.run_dir, error) or f"{type(error).__name__}: {error}"
+        done = r if saved else r - 1
+        return (
+            f"round {r} could not be saved in {self.run_dir}: {why}. Nothing finished is lost: the next "
+            f"start resumes after round {done}"
+            + (f" (round {r}'s figures come back from its checkpoint)." if saved else ".")
+        )
+
+    def _open_store(self) -> RunStore:
+        """The run store; a damaged one (not a database any more, malformed) is set aside and a new
+        one started: the progress is the checkpoint's, the store holds the figures."""
+        path = self.run_dir / STORE_NAME
+        try:
+            return RunStore(path)
+        except StoreError as e:
+            cause = e.__cause__
+            if type(cause) is not sqlite3.DatabaseError:  # exactly: not OperationalError (locked, read-only)
+                raise NodeError(str(e)) from e
+            aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+            for suffix in ("", "-wal", "-shm"):
+                if Path(f"{path}{suffix}").exists():
+                    os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+            log.warning(
+                f"run store {path} is damaged ({cause}): set aside as {aside.name} and a new one started; "
+                "training goes on from the last checkpoint, the figures of earlier rounds stay in the damaged file"
+            )
+            return RunStore(path)
 
     # metric counting a swarm step that raised (swarm/publish_failed is taken: failed DHT stores)
     _SWARM_FAILURE_METRIC = {

@@ -1,0 +1,184 @@
+"""Faults a node meets over days (issue 24): a full disk, a data directory that turns read-only,
+a damaged run store or newest checkpoint, the clock jumping. Each gives a clear message and
+loses nothing a finished round saved; the next start goes on.
+
+The disk and read-only cases put the run directory on a real tmpfs the test mounts (root in a
+container, as CI runs); where mounting is not allowed they are skipped and say so. The node is
+real (the tiny test model, in this process)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sapo_core.node import Node, NodeError
+from sapo_core.store import RunStore
+
+from helpers import light_config
+
+
+def _mount_tmpfs(where: Path) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}): needs root in a container")
+
+
+@pytest.fixture
+def mounts():
+    """Mount tmpfs file systems of our own (64 MiB each); all unmounted afterwards."""
+    made: list[Path] = []
+
+    def mount(where: Path) -> Path:
+        _mount_tmpfs(where)
+        made.append(where)
+        return where
+
+    yield mount
+    for where in reversed(made):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path, mounts):
+    return mounts(tmp_path / "disk")
+
+
+def _fill(disk: Path) -> Path:
+    """Fill the disk to the last byte; the file to remove to free it."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+        except OSError:
+            pass
+        try:  # the last partial MiB
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return filler
+
+
+def _rounds(run: Path) -> list[int]:
+    store = RunStore(run / "rounds.sqlite", readonly=True)
+    try:
+        return [r.round for r in store.rounds()]
+    finally:
+        store.close()
+
+
+def _node(run: Path) -> Node:
+    node = Node(light_config(run, **{"train.learning_rate": 1e-2}))
+    node.setup()
+    return node
+
+
+def test_a_full_disk_stops_the_round_with_what_to_do_and_loses_no_finished_round(small_disk, data_dir):
+    run = small_disk / "run"
+    node = _node(run)
+    node.run_round()
+    node.run_round()
+    filler = _fill(small_disk)
+    with pytest.raises(NodeError) as e:
+        node.run_round()
+    said = str(e.value)
+    assert "round 3" in said and "disk is full" in said and str(run) in said, said
+    assert "resumes after round 2" in said, said
+    node.close()
+    filler.unlink()
+    assert _rounds(run) == [1, 2]
+    assert not list((run / "checkpoints").glob(".round-*")), "a half-written checkpoint stays behind"
+    again = _node(run)
+    assert again.next_round == 3
+    again.run_round()
+    again.close()
+    assert _rounds(run) == [1, 2, 3]
+
+
+def test_a_disk_that_turns_read_only_stops_the_node_with_what_to_do(small_disk, mounts, data_dir):
+    run = small_disk / "run"
+    # the checkpoints on a file system of their own, which the kernel turns read-only mid-run (as
+    # after disk errors); the run store, open for writing, keeps its own
+    checkpoints = mounts(run / "checkpoints")
+    node = _node(run)
+    node.run_round()
+    subprocess.run(["mount", "-o", "remount,ro", str(checkpoints)], check=True)
+    with pytest.raises(NodeError) as e:
+        node.run_round()
+    said = str(e.value)
+    assert "round 2" in said and "cannot be written" in said and "resumes after round 1" in said, said
+    node.close()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)  # now all of it
+    try:
+        with pytest.raises(NodeError) as e:  # a start on it says so before any work
+            _node(run)
+        assert "cannot be written" in str(e.value) and str(run) in str(e.value), str(e.value)
+    finally:
+        for where in (small_disk, checkpoints):
+            subprocess.run(["mount", "-o", "remount,rw", str(where)], check=True)
+    again = _node(run)
+    assert again.next_round == 2
+    again.close()
+    assert _rounds(run) == [1]
+
+
+def test_a_damaged_run_store_is_set_aside_and_training_goes_on_from_the_checkpoint(tmp_path, data_dir, caplog):
+    run = tmp_path / "run"
+    node = _node(run)
+    for _ in range(3):
+        node.run_round()
+    node.close()
+    store = run / "rounds.sqlite"
+    for extra in run.glob("rounds.sqlite-*"):  # the WAL files of a clean close
+        extra.unlink()
+    data = bytearray(store.read_bytes())
+    rng = random.Random(0)
+    for i in rng.sample(range(len(data)), 200):  # bytes flipped all over, the header among them
+        data[i] ^= 0xFF
+    data[:16] = b"this is not sql!"
+    store.write_bytes(bytes(data))
+    again = _node(run)
+    assert again.next_round == 4  # the progress is the checkpoint's
+    again.run_round()
+    again.close()
+    aside = list(run.glob("rounds.sqlite.damaged-*"))
+    assert len(aside) == 1 and aside[0].read_bytes()[:16] == b"this is not sql!"
+    # the round of the checkpoint is restored from it; the rounds before went with the damaged file
+    assert _rounds(run) == [3, 4]
+    assert any("damaged" in r.message and "set aside" in r.message for r in caplog.records)
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, data_dir):
+    run = tmp_path / "run"
+    node = _node(run)
+    for _ in range(3):
+        node.run_round()
+    node.close()
+    newest = run / "checkpoints" / "round-000003" / "trainable.safetensors"
+    newest.write_bytes(newest.read_bytes()[:100])  # cut short, as by a dying disk
+    again = _node(run)
+    assert again.next_round == 3  # round 3 runs again from round 2's checkpoint
+    again.run_round()
+    again.close()
+    assert _rounds(run) == [1, 2, 3]
+
+
+def test_the_clock_jumping_back_and_forth_never_breaks_a_round(tmp_path, data_dir, monkeypatch):
+    run = tmp_path / "run"
+    node = _node(run)
+    node.run_round()
+    real = time.time
+    for jump in (-3 * 3600, 26 * 3600, -26 * 3600):  # back, a day ahead (a wake-up), back again
+        monkeypatch.setattr(time, "time", lambda j=jump: real() + j)
+        m = node.run_round()
+        assert m["time/round"] < 600, m["time/round"]  # a round's time is measured, not the jump
+    node.close()
+    assert _rounds(run) == [1, 2, 3, 4]
+    assert os.path.isdir(run / "checkpoints" / "round-000004")
