@@ -348,6 +348,12 @@ class SwarmConfig:
     max_record_kib: int = _help("Largest record this node publishes per round, in KiB (hard limit 256).", 256)
     replicas: int = _help("DHT nodes that store each of our values.", 5)
     publish_timeout: float = _help("Seconds a round waits for its publish before going on.", 10.0)
+    nat_port_map: bool = _help(
+        "Ask the home router to forward this node's port (UPnP / NAT-PMP), so peers can dial it behind "
+        "NAT; this sends discovery packets to the local network. Never done when the node listens on "
+        "loopback only.",
+        True,
+    )
     page_port: int = _help(
         "Serve the swarm's page (what this node sees of its swarm: nodes, groups verified and refused, "
         "receipts; read-only HTTP, / and /api/status) on this TCP port; 0: no page. `sapo-node seed` "

@@ -88,6 +88,7 @@ def seed_config(args: argparse.Namespace) -> NodeConfig:
             "swarm.client_mode": False,
             "swarm.use_relay": True,
             "swarm.lan_discovery": changes.get("swarm.lan_discovery", False),
+            "swarm.nat_port_map": False,  # a seed has its public address: no router to ask
             "swarm.identity_path": str(data / "identity.key"),
             "run_dir": str(data),
         }

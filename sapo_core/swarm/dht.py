@@ -38,6 +38,58 @@ from sapo_core.swarm.validation import ReasonCounter, make_validators
 log = logging.getLogger(__name__)
 
 
+SOCKET_DIR = "/tmp"  # where hivemind's p2pd and its client put their unix sockets
+_SOCKET_PATTERNS = ("hivemind-p2pd-*.sock", "hivemind-p2pclient-*.sock")
+
+
+def sweep_stale_sockets(directory: str = SOCKET_DIR, min_age: float = 10.0) -> int:
+    """Remove the unix socket files of p2p daemons that died without cleaning up (a node killed
+    with SIGKILL leaves its daemon's; a clean stop removes it): ours (same uid), older than
+    `min_age` seconds, and nobody listening (connecting is refused). A live daemon's socket,
+    ours or another hivemind program's, always accepts, so it stays. Returns how many went."""
+    import glob
+    import os
+    import socket
+    import stat
+    import time
+
+    removed = 0
+    for pattern in _SOCKET_PATTERNS:
+        for path in glob.glob(os.path.join(directory, pattern)):
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid() or time.time() - st.st_mtime < min_age:
+                    continue
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(1.0)
+                    try:
+                        s.connect(path)
+                        continue  # someone listens: a live daemon
+                    except ConnectionRefusedError:
+                        pass
+                os.unlink(path)
+                removed += 1
+            except OSError:  # gone meanwhile, not ours to touch, a slow listener: leave it
+                continue
+    return removed
+
+
+def listens_beyond_loopback(host_maddrs: Sequence[str]) -> bool:
+    """Whether any listen address is more than loopback (0.0.0.0 and :: are everything)."""
+    import ipaddress
+
+    for maddr in host_maddrs:
+        parts = maddr.split("/")
+        if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
+            return True  # a DNS name or something else: assume it can be reached
+        try:
+            if not ipaddress.ip_address(parts[2]).is_loopback:
+                return True
+        except ValueError:
+            return True
+    return False
+
+
 class SwarmError(RuntimeError):
     """The swarm could not start; the text says why and what to change."""
 
@@ -78,6 +130,9 @@ class SwarmDHT:
 
     def start(self) -> None:
         """Start p2pd and the DHT node; SwarmError with a readable reason if that fails."""
+        swept = sweep_stale_sockets()
+        if swept:
+            log.info(f"swarm: removed {swept} p2p daemon socket file(s) that killed nodes left behind")
         self._thread.start()
         try:
             attempts = self.cfg.join_attempts if self.cfg.initial_peers else 0
@@ -127,6 +182,8 @@ class SwarmDHT:
             bootstrap_timeout=self.cfg.join_timeout,
             ensure_bootstrap_success=False,  # no answer: train alone and retry (below)
             startup_timeout=self.cfg.start_timeout,
+            # UPnP / NAT-PMP asks the router on the local network: only for a node others may dial
+            nat_port_map=self.cfg.nat_port_map and listens_beyond_loopback(self.cfg.host_maddrs),
         )
         if self.cfg.host_maddrs:
             kwargs["host_maddrs"] = list(self.cfg.host_maddrs)
