@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sapo_core.swarm.dht import values_of
 from sapo_core.swarm.identity import node_name
 from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import IndexEntry, RecordError, decode_index, decode_record
@@ -132,13 +133,11 @@ class SwarmObserver:
         self._shard_pos = (self._shard_pos + len(batch)) % shards
         keys = {self.keyspace.index_key(w, s): (w, s) for w in windows for s in batch}
         found = self.dht.get_many(list(keys), timeout=self.timeout)
-        from sapo_core.swarm.source import _values_of
-
         for key, values in found.items():
             if key not in keys:
                 continue
             window, shard = keys[key]
-            for payload, _ in _values_of(values):
+            for payload, _ in values_of(values):
                 try:
                     entry = decode_index(payload, self.keyspace.swarm_name)
                 except RecordError as e:
@@ -192,7 +191,6 @@ class SwarmObserver:
             return
         keys = {self.keyspace.record_key(e.window, e.peer_id): e for e in todo}
         found = self.dht.get_many(list(keys), timeout=self.timeout)
-        from sapo_core.swarm.source import _values_of
         from sapo_core.swarm.validation import owner_peer_id
 
         now = self._clock()
@@ -200,7 +198,7 @@ class SwarmObserver:
             node = self.nodes.get(entry.peer_id)
             if node is None:
                 continue
-            values = _values_of(found.get(key), with_subkeys=True)
+            values = values_of(found.get(key), with_subkeys=True)
             payload = next((v for sub, (v, _) in values if owner_peer_id(sub) == entry.peer_id), None)
             if payload is None:
                 continue  # not (yet) replicated where we looked: tried again next poll

@@ -37,6 +37,7 @@ from sapo_core import __version__ as APP_VERSION
 from sapo_core.config import SwarmConfig
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.rollouts import Group
+from sapo_core.swarm.dht import values_of as _values_of
 from sapo_core.swarm.identity import KEY_FILE_NAME, NodeIdentity, load_or_create_identity, node_name
 from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import (
@@ -663,28 +664,6 @@ class _CachedQuestions:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tasks, name)
-
-
-def _values_of(values: Any, with_subkeys: bool = False) -> list:
-    """The (payload, expiration) pairs of one key's values as a get returned them (subkey ->
-    (payload, expiration)), keeping only well-typed ones: bytes payloads, finite expirations.
-    With `with_subkeys`, (subkey, (payload, expiration)) pairs. Never raises."""
-    out: list = []
-    if not isinstance(values, dict):
-        return out
-    for sub, item in values.items():
-        if not (isinstance(item, tuple) and len(item) == 2):
-            continue
-        payload, expiration = item
-        if (
-            not isinstance(payload, (bytes, bytearray))
-            or not isinstance(expiration, (int, float))
-            or isinstance(expiration, bool)
-            or not math.isfinite(expiration)
-        ):
-            continue
-        out.append((sub, (payload, expiration)) if with_subkeys else (payload, expiration))
-    return out
 
 
 def newer_version(theirs: str, ours: str) -> bool:
