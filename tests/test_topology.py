@@ -120,17 +120,27 @@ def topology():
         t.close()
 
 
+# a node joins by the swarm's name: it fetches the signed list over HTTPS, accepts it only signed
+# by the key it trusts, finds the swarm in it and takes its settings and bootstrap peers from it
 _NODE = textwrap.dedent(
     """
-    import json, random, sys, time
+    import dataclasses, json, random, ssl, sys, time
+    from pathlib import Path
     sys.path.insert(0, {tests!r})
-    from sapo_core.config import SwarmConfig, TaskConfig
+    from sapo_core.config import NodeConfig, TaskConfig
+    from sapo_core.swarm.signedlist import parse_keys, update
     from sapo_core.swarm.source import open_swarm
+    from sapo_core.swarm.swarmlist import apply_swarm, parse_swarms
     from sapo_core.tasks import TaskSet
     from helpers import honest_groups
-    cfg = SwarmConfig(swarm_name={swarm!r}, window_seconds=60.0, host_maddrs=["/ip4/0.0.0.0/tcp/0"],
-                      initial_peers=[{seed!r}], lan_discovery=False, nat_port_map=False,
-                      gather_timeout=15.0, publish_timeout=15.0)
+    Path({where!r}).mkdir(parents=True, exist_ok=True)
+    got = update([{url!r}], parse_keys({key_line!r}), Path({where!r}) / "swarms-signed.toml",
+                 context=ssl.create_default_context(cafile={cert!r}), check=parse_swarms)
+    assert got.accepted is not None, got.lines()
+    entry = next(e for e in got.accepted.entries if e.name == {swarm!r})
+    node = apply_swarm(NodeConfig(), entry)
+    cfg = dataclasses.replace(node.swarm, host_maddrs=["/ip4/0.0.0.0/tcp/0"], lan_discovery=False,
+                              nat_port_map=False, gather_timeout=15.0, publish_timeout=15.0)
     me = open_swarm(cfg, TaskSet(TaskConfig(), seed=0), {where!r})
     print(json.dumps({{"id": me.node_id, "reachable": me.stats().get("swarm/reachable")}}), flush=True)
     used = []
@@ -175,7 +185,62 @@ def _status(t: Topology) -> dict:
     return json.loads(_sh(sys.executable, "-c", code, ns=t.ns["c"]).stdout)
 
 
+_HTTPS = textwrap.dedent(
+    """
+    import http.server, ssl
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory={root!r}, **kw)
+        def log_message(self, *a):
+            pass
+    httpd = http.server.ThreadingHTTPServer(({host!r}, 8443), Quiet)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain({cert!r}, {key!r})
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    print("serving", flush=True)
+    httpd.serve_forever()
+    """
+)
+
+
+def _tls(where, host: str) -> tuple[str, str]:
+    """A self-signed certificate for an IP address: (cert.pem, key.pem)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    pkey = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(pkey.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(pkey, hashes.SHA256())
+    )
+    (where / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    plain = serialization.NoEncryption()
+    (where / "key.pem").write_bytes(
+        pkey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, plain)
+    )
+    return str(where / "cert.pem"), str(where / "key.pem")
+
+
 def test_a_seed_two_homes_behind_nat_and_a_public_node_share_through_the_swarm(topology, tmp_path):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from sapo_core.swarm.signedlist import public_key_line, sign_list
+
     t, tests = topology, os.path.dirname(__file__)
     seed_cmd = [
         sys.executable,
@@ -204,15 +269,38 @@ def test_a_seed_two_homes_behind_nat_and_a_public_node_share_through_the_swarm(t
 
     seed, address = start_seed()
     assert f"/ip4/{PUBLIC.format(10)}/tcp/31330/p2p/" in address
-    nodes = {}
+    # the swarm list, signed by the maintainers' key and served over HTTPS on the public segment
+    www = tmp_path / "www"
+    www.mkdir()
+    signer = Ed25519PrivateKey.generate()
+    body = (
+        f'version = 1\n\n[[swarm]]\nname = "{SWARM}"\ndescription = "in namespaces"\n'
+        f'bootstrap = ["{address}"]\nwindow_seconds = 60.0\nshards = 16\npage = "http://{PUBLIC.format(10)}:31331/"\n'
+    )
+    (www / "swarms.toml").write_text(sign_list(body, signer))
+    cert, key = _tls(tmp_path, PUBLIC.format(10))
+    https = _start(t.ns["seed"], _HTTPS.format(root=str(www), host=PUBLIC.format(10), cert=cert, key=key))
+    assert https.stdout.readline().strip() == "serving"
+    url = f"https://{PUBLIC.format(10)}:8443/swarms.toml"
+    nodes = {"https": https}
     try:
         for k, ns in (("c", "c"), ("a", "h1"), ("b", "h2")):
-            code = _NODE.format(tests=tests, swarm=SWARM, seed=address, where=str(tmp_path / k), seed_n=ord(k))
+            where = str(tmp_path / k)
+            code = _NODE.format(
+                tests=tests,
+                swarm=SWARM,
+                url=url,
+                key_line=public_key_line(signer),
+                cert=cert,
+                where=where,
+                seed_n=ord(k),
+            )
             nodes[k] = _start(t.ns[ns], code)
-        ids = {k: _read_until(p, lambda o: "id" in o, 120) for k, p in nodes.items()}
+        ids = {k: _read_until(p, lambda o: "id" in o, 120) for k, p in nodes.items() if k != "https"}
         assert ids["c"]["reachable"] == 1.0  # the public node is dialled back
         assert ids["a"]["reachable"] == 0.0 and ids["b"]["reachable"] == 0.0  # the homes are not: DHT clients
         peer = {k: v["id"] for k, v in ids.items()}
+        nodes.pop("https").kill()  # the nodes have the list; the rest needs only the swarm
         # each home's node trains on groups of the other home's node, through the swarm
         for k, other in (("a", "b"), ("b", "a")):
             _read_until(nodes[k], lambda o, other=other: peer[other] in o.get("from", []), 120)
