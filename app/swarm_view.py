@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.joining import JoiningBox
 from app.models import SwarmModel
+from sapo_core import __version__
 from sapo_core.config import NodeConfig
 
 
@@ -157,9 +158,17 @@ class SwarmView(QWidget):
                 "<i>Setup again…</i> in the menu and join or host a swarm."
             )
         else:
+            newer = m.last_figures.get("swarm/peers_newer", 0.0)
             self.notice.setText(
                 f"<b>In the swarm</b> as {m.node_name or 'this node'}: every round it publishes "
                 "its groups and trains on verified groups from peers."
+                + (
+                    f"<br><b>Peers run a newer SAPO Swarm</b> than this one ({html.escape(__version__)}): update "
+                    "when you can (the installer again, or your package manager); the Log tab names the "
+                    "version. This one goes on sharing with them meanwhile."
+                    if newer > 0
+                    else ""
+                )
             )
         self.page_url = _page_url(self._config_loader)
         self.page_label.setText(

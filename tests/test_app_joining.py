@@ -92,3 +92,17 @@ def test_the_swarm_tab_links_to_the_swarm_s_page(qtbot):
     alone = SwarmView(SwarmModel(), config_loader=lambda: NodeConfig())
     qtbot.addWidget(alone)
     assert alone.page_url == "" and "none" in alone.page_label.text()
+
+
+def test_the_swarm_tab_says_when_peers_run_a_newer_version(qtbot):
+    from app.models import SwarmModel
+    from app.swarm_view import SwarmView
+
+    model = SwarmModel()
+    model.alone = False
+    view = SwarmView(model, config_loader=lambda: None)
+    qtbot.addWidget(view)
+    assert "newer" not in view.notice.text()
+    model.add_round(3, {"swarm/peers_newer": 2.0, "swarm/published": 1.0})
+    view.refresh()
+    assert "Peers run a newer SAPO Swarm" in view.notice.text() and "update" in view.notice.text()
