@@ -32,6 +32,54 @@ def display_available(env: Mapping[str, str] = os.environ, platform: str = sys.p
     return True  # Windows and macOS always have their window system
 
 
+def display_problem() -> str:
+    """Why the window cannot open on this session's display, found before Qt tries: Qt's xcb or
+    wayland plugin aborts the process when a system library it needs is missing, with the reason
+    on stderr only, which nobody sees when the app starts from a menu. '' when nothing is known
+    to be missing (sapo-node doctor's display check, without opening a window)."""
+    from sapo_core.commands.doctor import _soname_package, display_platform, missing_platform_libraries
+
+    platform = display_platform()
+    if platform not in ("xcb", "wayland"):
+        return ""
+    missing = missing_platform_libraries(platform)
+    if not missing:
+        return ""
+    packages = " ".join(_soname_package(m) for m in missing)
+    return (
+        f"SAPO Swarm cannot open its window: Qt's {platform} display support needs {', '.join(missing)}, "
+        f"which this system lacks. Install them (Debian/Ubuntu: sudo apt install {packages}) and start "
+        "SAPO Swarm again; `sapo-node doctor` checks it. Until then `sapo-node run` trains without a window."
+    )
+
+
+def tell_outside_qt(message: str) -> str:
+    """Show a message without Qt (which cannot start): a desktop notification or a dialog from
+    whatever this system has. The name of the tool used, '' if none was found."""
+    import shutil
+    import subprocess
+
+    for cmd in (
+        ["notify-send", "--urgency=critical", "--app-name=SAPO Swarm", "SAPO Swarm", message],
+        ["zenity", "--error", "--title=SAPO Swarm", f"--text={message}"],
+        ["kdialog", "--title", "SAPO Swarm", "--error", message],
+        ["xmessage", "-center", message],
+    ):
+        if shutil.which(cmd[0]):
+            try:
+                subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                return cmd[0]
+            except OSError:
+                continue
+    return ""
+
+
 def run_headless(reason: str) -> int:
     from app.settings import node_config_path
 
@@ -79,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_headless("--headless")
     if not display_available():
         return run_headless("no display found (DISPLAY and WAYLAND_DISPLAY are not set)")
+    problem = display_problem()
+    if problem:  # said where a person started from a menu sees it, not only on stderr
+        print(f"sapo-swarm: {problem}", file=sys.stderr)
+        tell_outside_qt(problem)
+        return 1
     return run_gui(args.setup or bool(args.invitation), minimized=args.minimized, invitation=args.invitation)
 
 

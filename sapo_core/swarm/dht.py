@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import math
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -89,28 +88,6 @@ def listens_beyond_loopback(host_maddrs: Sequence[str]) -> bool:
         except ValueError:
             return True
     return False
-
-
-def values_of(values: Any, with_subkeys: bool = False) -> list:
-    """The (payload, expiration) pairs of one key's values as a get returned them (subkey ->
-    (payload, expiration)), keeping only well-typed ones: bytes payloads, finite expirations.
-    With `with_subkeys`, (subkey, (payload, expiration)) pairs. Never raises."""
-    out: list = []
-    if not isinstance(values, dict):
-        return out
-    for sub, item in values.items():
-        if not (isinstance(item, tuple) and len(item) == 2):
-            continue
-        payload, expiration = item
-        if (
-            not isinstance(payload, (bytes, bytearray))
-            or not isinstance(expiration, (int, float))
-            or isinstance(expiration, bool)
-            or not math.isfinite(expiration)
-        ):
-            continue
-        out.append((sub, (payload, expiration)) if with_subkeys else (payload, expiration))
-    return out
 
 
 class SwarmError(RuntimeError):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import Any
 
 # 2: record v2 (finished flags, receipts). Bump when keys or records change meaning: old and new
 # nodes then never mix.
@@ -73,3 +74,25 @@ class KeySpace:
         """Whether a value claiming `window` may be stored or read now (clock skew: ±slack)."""
         now = self.window_at(dht_time)
         return now - 1 - slack_windows <= window <= now + slack_windows
+
+
+def values_of(values: Any, with_subkeys: bool = False) -> list:
+    """The (payload, expiration) pairs of one key's values as a get returned them (subkey ->
+    (payload, expiration)), keeping only well-typed ones: bytes payloads, finite expirations.
+    With `with_subkeys`, (subkey, (payload, expiration)) pairs. Never raises."""
+    out: list = []
+    if not isinstance(values, dict):
+        return out
+    for sub, item in values.items():
+        if not (isinstance(item, tuple) and len(item) == 2):
+            continue
+        payload, expiration = item
+        if (
+            not isinstance(payload, (bytes, bytearray))
+            or not isinstance(expiration, (int, float))
+            or isinstance(expiration, bool)
+            or not math.isfinite(expiration)
+        ):
+            continue
+        out.append((sub, (payload, expiration)) if with_subkeys else (payload, expiration))
+    return out

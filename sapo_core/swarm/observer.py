@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sapo_core.swarm.dht import values_of
 from sapo_core.swarm.identity import node_name
-from sapo_core.swarm.keys import KeySpace
+from sapo_core.swarm.keys import KeySpace, values_of
 from sapo_core.swarm.records import IndexEntry, RecordError, decode_index, decode_record
 from sapo_core.swarm.verify import JUNK_REASONS, QuestionSource, VerifyLimits, verify_record
 

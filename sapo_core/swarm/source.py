@@ -37,9 +37,9 @@ from sapo_core import __version__ as APP_VERSION
 from sapo_core.config import SwarmConfig
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.rollouts import Group
-from sapo_core.swarm.dht import values_of as _values_of
 from sapo_core.swarm.identity import KEY_FILE_NAME, NodeIdentity, load_or_create_identity, node_name
 from sapo_core.swarm.keys import KeySpace
+from sapo_core.swarm.keys import values_of as _values_of
 from sapo_core.swarm.records import (
     IndexEntry,
     Receipt,
