@@ -63,6 +63,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="node threads (0: the node's own choice)")
     parser.add_argument("--out", default="", help="directory for soak.csv (default: a temporary one)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--from-csv", metavar="FILE", help="summarize an earlier run's soak.csv (one cut short, say) instead of running"
+    )
 
 
 def node_config(args: argparse.Namespace, run_dir: Path, swarm: SwarmConfig) -> NodeConfig:
@@ -205,8 +208,22 @@ class LightPeers:
             self.live.clear()
 
 
+def from_csv(path: str, warmup: int) -> str:
+    """The summary line of a soak.csv (its churn counts and leftover processes are not in it)."""
+    with open(path, newline="") as f:
+        rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    if len(rows) < 3:
+        raise SystemExit(f"{path}: {len(rows)} rounds, nothing to fit")
+    hours = rows[-1]["wall_s"] / 3600
+    return summary(rows, warmup or max(1, len(rows) // 10), hours, -1, None)
+
+
 def run(args: argparse.Namespace) -> int:
     import psutil
+
+    if args.from_csv:
+        print(from_csv(args.from_csv, args.warmup), flush=True)
+        return 0
 
     from sapo_core.control import protocol as P
     from sapo_core.control.client import NodeClient
@@ -287,22 +304,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary(rows: list[dict[str, float]], warmup: int, hours: float, left: int, peers: LightPeers) -> str:
+def summary(rows: list[dict[str, float]], warmup: int, hours: float, left: int, peers: LightPeers | None) -> str:
+    """The one summary line (`left` -1: not known); prints the details before it."""
     kept = rows[warmup:] if len(rows) - warmup >= 3 else rows
     x = [r["round"] for r in kept]
 
     def fit(key: str) -> tuple[float, float, float]:
         return slope(x, [r[key] for r in kept])
 
-    rss, disk, rt = fit("rss_mb"), fit("disk_mb"), fit("round_s")
+    rss, disk, rt, worker = fit("rss_mb"), fit("disk_mb"), fit("round_s"), fit("worker_rss_mb")
     files = kept[-1]["open_files"] - kept[0]["open_files"]
     procs = kept[-1]["p2pd"] - kept[0]["p2pd"]
     store_per_round = (kept[-1]["store_mb"] - kept[0]["store_mb"]) / max(1, x[-1] - x[0]) * 1000
     print(
-        f"after {warmup} warm-up rounds: store +{store_per_round:.1f} kB a round; threads "
+        f"after {warmup} warm-up rounds: the worker alone {worker[0]:+.1f} MB/100 rounds "
+        f"({worker[1]:+.1f}..{worker[2]:+.1f}), peak {max(r['worker_rss_mb'] for r in rows):.0f} MB; "
+        f"store +{store_per_round:.1f} kB a round; threads "
         f"{kept[0]['threads']:.0f} -> {kept[-1]['threads']:.0f} (max {max(r['threads'] for r in rows):.0f}); "
         f"open files max {max(r['open_files'] for r in rows):.0f}; p2pd max {max(r['p2pd'] for r in rows):.0f}; "
-        f"{peers.churns} churns, {peers.errors} peer errors; processes left after stop: {left}"
+        + (f"{peers.churns} churns, {peers.errors} peer errors; " if peers is not None else "")
+        + (f"processes left after stop: {left}" if left >= 0 else "")
     )
     return (
         f"soak: {len(rows)} rounds in {hours:.2f} h, "
