@@ -55,3 +55,18 @@ def test_a_short_soak_runs_a_real_node_beside_churning_peers(tmp_path):
     assert rows[0].startswith("round,wall_s,round_s,rss_mb") and len(rows) == 5
     first = dict(zip(rows[0].split(","), rows[1].split(",")))
     assert float(first["rss_mb"]) > 300 and int(float(first["p2pd"])) == 1 and float(first["disk_mb"]) > 0
+
+
+def test_the_summary_of_a_csv_names_each_slope_and_the_worst(tmp_path, capsys):
+    from sapo_core.bench.soak import FIELDS, from_csv
+
+    path = tmp_path / "soak.csv"
+    with open(path, "w") as f:
+        f.write(",".join(FIELDS) + "\n")
+        for r in range(1, 101):  # RSS +2 MB a round after a warm-up jump; disk +0.01 MB a round
+            rss = 2000 + 2 * r + (300 if r > 10 else 0)
+            f.write(f"{r},{r * 36.0},5.0,{rss},{rss - 500},37,26,1,{100 + 0.01 * r},{0.1 + 0.001 * r},6,0\n")
+    line = from_csv(str(path), warmup=10)
+    assert line.startswith("soak: 100 rounds in 1.00 h, RSS +200.0 MB/100 rounds (95% CI +200.0..+200.0)"), line
+    assert "peak 2.50 GB" in line and "disk +1.00 MB/100 rounds" in line and "round time +0.00 s/100" in line
+    assert "store +1.0 kB a round" in capsys.readouterr().out
