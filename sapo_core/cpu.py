@@ -67,3 +67,22 @@ def trim_heap() -> bool:
         return bool(libc.malloc_trim(0))
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
         return False
+
+
+MMAP_THRESHOLD = 1 << 20  # bytes: allocations this large get pages of their own, returned on free
+
+
+def tune_heap() -> bool:
+    """Keep large allocations out of glibc's heap: a fixed mmap threshold (1 MiB) instead of
+    glibc's dynamic one, which after the first large frees rises to 32 MiB and puts the update's
+    tensors on the heap, where rounds of different sizes fragment it and the resident size
+    creeps (`sapo-bench soak`). Each large tensor then maps its own pages and gives them back
+    when freed. Elsewhere than glibc nothing happens."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_mmap_threshold = -3
+        return bool(libc.mallopt(m_mmap_threshold, MMAP_THRESHOLD))
+    except (OSError, AttributeError):
+        return False

@@ -49,7 +49,7 @@ from sapo_core.batch import BatchRules, external_token_ids, training_batch
 from sapo_core.checkpoint import Checkpoints, CheckpointState
 from sapo_core.config import NodeConfig, dump_config
 from sapo_core.control.threads import starting_threads
-from sapo_core.cpu import trim_heap
+from sapo_core.cpu import trim_heap, tune_heap
 from sapo_core.evaluation import EvalSettings, Evaluator, HeldOut, eval_within_share, held_out_line
 from sapo_core.figures import PhaseTimer, round_figures
 from sapo_core.fsutil import atomic_write_bytes, write_trouble
@@ -98,6 +98,7 @@ class Node:
     # --- start-up -----------------------------------------------------------------------
     def setup(self) -> None:
         cfg, hooks = self.cfg, self.hooks
+        tune_heap()  # before the model loads: large tensors get pages of their own
         self.run_dir.mkdir(parents=True, exist_ok=True)
         trouble = write_trouble(self.run_dir)
         if trouble:  # said before any work, not after the first round's
@@ -296,6 +297,7 @@ class Node:
         except Exception as e:  # the disk: full, turned read-only, failing
             raise NodeError(self._save_failed(r, e, saved)) from e
         self.next_round = r + 1
+        trim_heap()  # what the round freed goes back to the system, not kept for the next
         return metrics
 
     def _save_failed(self, r: int, error: Exception, saved: bool) -> str:
