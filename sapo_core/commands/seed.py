@@ -179,19 +179,11 @@ def serve(
 
 
 def _start_page(cfg: NodeConfig, dht, keyspace, identity, addresses: list[str], page: tuple[str, int]):
-    from sapo_core import __version__
     from sapo_core.swarm.page import start_page
     from sapo_core.tasks import TaskSet
 
-    about = {
-        "swarm": cfg.swarm.swarm_name,
-        "name": identity.name,
-        "peer_id": identity.peer_id,
-        "join": addresses,
-        "version": __version__,
-    }
     tasks = TaskSet(cfg.tasks, seed=cfg.seed)  # regenerates peers' questions to verify them
-    return start_page(dht, keyspace, tasks, about, page[0], page[1], data_dir=cfg.run_dir)
+    return start_page(dht, keyspace, tasks, identity, addresses, page[0], page[1], data_dir=cfg.run_dir)
 
 
 def _write_json(path: Path, obj: dict) -> None:

@@ -312,13 +312,22 @@ def _iso(t: float) -> str:
 
 
 def start_page(
-    dht: Any, keyspace: Any, tasks: Any, about: dict[str, Any], host: str, port: int, data_dir: Any = None
+    dht: Any, keyspace: Any, tasks: Any, identity: Any, join: list[str], host: str, port: int, data_dir: Any = None
 ) -> SwarmPage:
-    """A started page for a started DHT: polls every quarter window (5..60 s)."""
+    """A started page for a started DHT: polls every quarter window (5..60 s). `identity` is the
+    host's (its name and peer id head the page), `join` the addresses others join with."""
     from pathlib import Path
 
+    from sapo_core import __version__
     from sapo_core.swarm.observer import HISTORY_FILE
 
+    about = {
+        "swarm": keyspace.swarm_name,
+        "name": identity.name,
+        "peer_id": identity.peer_id,
+        "join": list(join),
+        "version": __version__,
+    }
     history = Path(data_dir) / HISTORY_FILE if data_dir is not None else None
     observer = SwarmObserver(dht, keyspace, tasks, about, history_path=history)
     poll = min(60.0, max(5.0, keyspace.window_seconds / 4))

@@ -719,13 +719,12 @@ def open_swarm(
     dht.start()
     source = DhtRolloutSource(cfg, tasks, identity, dht, hooks, cutter=cutter)
     if cfg.page_port:
-        from sapo_core import __version__
         from sapo_core.swarm.page import start_page
 
-        about = {"swarm": cfg.swarm_name, "name": identity.name, "peer_id": identity.peer_id, "version": __version__}
-        about["join"] = [source.join_address] if source.join_address else []
+        join = [source.join_address] if source.join_address else []
         try:
-            source.page = start_page(dht, keyspace, tasks, about, cfg.page_host, cfg.page_port, data_dir=identity_dir)
+            page = start_page(dht, keyspace, tasks, identity, join, cfg.page_host, cfg.page_port, data_dir=identity_dir)
+            source.page = page
             log.info(f"swarm: the swarm's page, as this node sees it: {source.page.url}")
         except OSError as e:  # the node trains without its page
             log.warning(f"swarm: the swarm's page cannot listen on {cfg.page_host}:{cfg.page_port} ({e})")
