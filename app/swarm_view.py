@@ -100,6 +100,7 @@ class SwarmView(QWidget):
         self.page_label = QLabel(openExternalLinks=True, wordWrap=True)
         self.page_label.setObjectName("swarmPage")
         form.addRow("Swarm page:", self.page_label)
+        self.reload_page_link()
         # joining: reachability, the invitation (text and QR code), the network check (app/joining.py)
         self.joining = JoiningBox(config_loader or _saved_config)
         self.joining.invite_copied.connect(self.invite_copied)
@@ -148,6 +149,16 @@ class SwarmView(QWidget):
         outer.addWidget(scroll)
         self.refresh()
 
+    def reload_page_link(self) -> None:
+        """The page of the swarm the node is in, from its config and the swarm list: read when the
+        tab is made and when the node (re)starts (a new config), not on every round's refresh."""
+        self.page_url = _page_url(self._config_loader)
+        self.page_label.setText(
+            f'<a href="{html.escape(self.page_url)}">{html.escape(self.page_url)}</a>'
+            if self.page_url
+            else "none (this swarm has no seed with a page; any node can serve one: swarm.page_port)"
+        )
+
     def refresh(self) -> None:
         m = self.model
         if m.alone is None:
@@ -170,12 +181,6 @@ class SwarmView(QWidget):
                     else ""
                 )
             )
-        self.page_url = _page_url(self._config_loader)
-        self.page_label.setText(
-            f'<a href="{html.escape(self.page_url)}">{html.escape(self.page_url)}</a>'
-            if self.page_url
-            else "none (this swarm has no seed with a page; any node can serve one: swarm.page_port)"
-        )
         self.name_label.setText(m.node_name or "—")
         self.peer_label.setText(m.peer_id or "—")
         self.joining.show_state(m.invite, m.last_figures, m.alone)

@@ -301,6 +301,7 @@ class MainWindow(QMainWindow):
         self.banner.hide()  # the node is up again (after a restart): the error stays in the log
         self.status.apply(ev)
         self.swarm.apply_info(ev)
+        self.swarm_view.reload_page_link()  # a restart may come with a new config (Setup again…)
         self.swarm_view.refresh()
         self._refresh_status()
 
