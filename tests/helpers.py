@@ -236,3 +236,36 @@ def small_policy(seed=0, vocab=97):
         lora_rank=4,
         lora_alpha=8,
     )
+
+
+def self_signed_tls(where: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A self-signed certificate for an IP address and its key, written to `where`:
+    (cert.pem, key.pem), for the HTTPS servers tests serve signed swarm lists from."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    pkey = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(pkey.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(pkey, hashes.SHA256())
+    )
+    cert_path, key_path = Path(where) / "cert.pem", Path(where) / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem, pkcs8 = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
+    key_path.write_bytes(pkey.private_bytes(pem, pkcs8, serialization.NoEncryption()))
+    return cert_path, key_path

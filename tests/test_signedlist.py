@@ -5,19 +5,13 @@ and replayed lists, and the maintainer's commands."""
 from __future__ import annotations
 
 import base64
-import datetime
 import http.server
-import ipaddress
 import ssl
 import threading
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.x509.oid import NameOID
 
 from sapo_core.cli import main as cli_main
 from sapo_core.config import ConfigError, SwarmConfig
@@ -26,6 +20,8 @@ from sapo_core.swarm.signedlist import load_last_good as _load_last_good
 from sapo_core.swarm.swarmlist import load_swarms, parse_swarms
 from sapo_core.swarm.swarmlist import sign_swarm_list as sign_list
 from sapo_core.swarm.swarmlist import update_swarm_list as update
+
+from helpers import self_signed_tls
 
 
 def load_last_good(path, keys):
@@ -59,25 +55,7 @@ def server(tmp_path_factory):
     trusts its self-signed certificate (and nothing else)."""
     root = tmp_path_factory.mktemp("www")
     tls = tmp_path_factory.mktemp("tls")
-    pkey = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(pkey.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(pkey, hashes.SHA256())
-    )
-    (tls / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tls / "key.pem").write_bytes(
-        pkey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    self_signed_tls(tls)
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *a, **kw):

@@ -24,6 +24,8 @@ import uuid
 
 import pytest
 
+from helpers import self_signed_tls
+
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 SWARM = "topology-test"
@@ -203,39 +205,6 @@ _HTTPS = textwrap.dedent(
 )
 
 
-def _tls(where, host: str) -> tuple[str, str]:
-    """A self-signed certificate for an IP address: (cert.pem, key.pem)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    pkey = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(pkey.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(pkey, hashes.SHA256())
-    )
-    (where / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    plain = serialization.NoEncryption()
-    (where / "key.pem").write_bytes(
-        pkey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, plain)
-    )
-    return str(where / "cert.pem"), str(where / "key.pem")
-
-
 def test_a_seed_two_homes_behind_nat_and_a_public_node_share_through_the_swarm(topology, tmp_path):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -278,7 +247,7 @@ def test_a_seed_two_homes_behind_nat_and_a_public_node_share_through_the_swarm(t
         f'bootstrap = ["{address}"]\nwindow_seconds = 60.0\nshards = 16\npage = "http://{PUBLIC.format(10)}:31331/"\n'
     )
     (www / "swarms.toml").write_text(sign_list(body, signer))
-    cert, key = _tls(tmp_path, PUBLIC.format(10))
+    cert, key = map(str, self_signed_tls(tmp_path, PUBLIC.format(10)))
     https = _start(t.ns["seed"], _HTTPS.format(root=str(www), host=PUBLIC.format(10), cert=cert, key=key))
     assert https.stdout.readline().strip() == "serving"
     url = f"https://{PUBLIC.format(10)}:8443/swarms.toml"
