@@ -321,13 +321,10 @@ def has_answer_line(text: str) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _scorer(dataset: str, config_json: str) -> Callable[[str | None, dict], float]:
-    from sapo_core import paths
-
-    paths.keep_matplotlib_cache_in_ours()
-    import reasoning_gym
+    from sapo_core import gym
 
     config = json.loads(config_json)
-    return reasoning_gym.create_dataset(dataset, seed=0, size=1, **config).score_answer
+    return gym.create_dataset(dataset, seed=0, size=1, **config).score_answer
 
 
 _MATRIX_CHARS = re.compile(r"[\d\s\[\],]*")

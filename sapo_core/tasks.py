@@ -29,14 +29,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sapo_core import paths
+from sapo_core import gym
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, TaskConfig
 from sapo_core.curriculum import Curriculum, LevelChange
 from sapo_core.rewards import REWARDS, extract_answer, is_solved, score_answer
 from sapo_core.rollouts import Group, Question, QuestionId
-
-paths.keep_matplotlib_cache_in_ours()
-import reasoning_gym  # noqa: E402  (after the matplotlib cache is pointed at ours)
 
 MAX_INDEX = 2**31  # question indices are 0 <= index < MAX_INDEX
 MAX_SEED = 2**32  # seeds are 0 <= seed < MAX_SEED
@@ -195,7 +192,7 @@ class UnknownQuestion(ValueError):
 def _rg_dataset(dataset: str, level: int, seed: int) -> Any:
     # Item i depends only on (seed + i), not on size: one instance serves every index.
     config = json.loads(json.dumps(LEVELS[dataset][level]))  # a private copy
-    return reasoning_gym.create_dataset(dataset, seed=seed, size=MAX_INDEX, **config)
+    return gym.create_dataset(dataset, seed=seed, size=MAX_INDEX, **config)
 
 
 def _generate(dataset: str, level: int, seed: int, index: int) -> dict[str, Any]:

@@ -65,6 +65,8 @@ def test_nodes_join_a_swarm_through_the_seed_and_it_restarts_as_itself(tmp_path)
     try:
         info = json.loads((data / "seed.json").read_text())
         assert address == f"/ip4/127.0.0.1/tcp/{port}/p2p/{info['peer_id']}" and info["swarm"] == "seed-test"
+        # hivemind's DHT without torch (swarm/leandht.py): no libtorch mapped into the seed
+        assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text()
         cfg = SwarmConfig(
             swarm_name="seed-test",
             window_seconds=60.0,

@@ -5,7 +5,7 @@ bench's: own identity, p2pd, DHT, validators, verifier; no model) that know only
 address. Every round each peer publishes a record of realistic size and gathers J groups; between
 rounds `--churn` of the peers leave (closed) and as many new ones join through the seed, so the
 seed keeps serving while peers come and go. Measured on the seed: its resident memory with its
-p2p daemon (the largest over the run, sampled every round), and its CPU time (its own and its
+p2p daemon (the largest over the run, sampled every half second), and its CPU time (its own and its
 daemon's) over the measured rounds' wall time, as a share of one core; on the peers: gather time.
 The first round warms caches and is not counted.
 
@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,11 +47,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_seed(data: Path, swarm: str, window: float) -> tuple[subprocess.Popen, str]:
-    """A `sapo-node seed` process on loopback and the address it says to join with."""
+def start_seed(data: Path, swarm: str, window: float, page_port: int = 0) -> tuple[subprocess.Popen, str]:
+    """A `sapo-node seed` process on loopback (its page on `page_port`, 0: a free one) and the
+    address it says to join with."""
     port = _free_port()
     cmd = [sys.executable, "-m", "sapo_core.cli", "seed", "--data-dir", str(data), "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--page-port", str(_free_port())]
+    cmd += ["--port", str(port), "--page-port", str(page_port or _free_port())]
     cmd += ["--set", f"swarm.swarm_name={swarm}", "--set", f"swarm.window_seconds={window}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
@@ -66,21 +68,60 @@ def start_seed(data: Path, swarm: str, window: float) -> tuple[subprocess.Popen,
     raise SystemExit("the seed did not start:\n" + "".join(seen))
 
 
-def _usage(pid: int) -> tuple[float, float]:
-    """(RSS in MB, CPU seconds) of a process and its children (the seed and its p2pd)."""
+def _usage(pid: int) -> tuple[float, float, float]:
+    """(RSS in MB, CPU seconds, RSS of the seed's Python process alone in MB) of a process and its
+    children (the seed and its p2pd)."""
     import psutil
 
     proc = psutil.Process(pid)
     procs = [proc, *proc.children(recursive=True)]
-    rss = cpu = 0.0
+    rss = cpu = own = 0.0
     for p in procs:
         try:
-            rss += p.memory_info().rss / 1e6
+            mb = p.memory_info().rss / 1e6
+            rss += mb
+            own += mb if p.pid == pid else 0.0
             t = p.cpu_times()
             cpu += t.user + t.system
         except psutil.Error:
             continue
-    return rss, cpu
+    return rss, cpu, own
+
+
+class _PeakSampler(threading.Thread):
+    """The seed's largest RSS (with its p2pd), sampled every half second, not only between rounds:
+    the page's poll and verification come on their own clock."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.own_at_peak = pid, 0.0, 0.0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            try:
+                rss, _, own = _usage(self.pid)
+            except Exception:  # noqa: BLE001 (the seed is gone: the run says so)
+                return
+            if rss > self.peak:
+                self.peak, self.own_at_peak = rss, own
+
+
+def _page_says(port: int) -> str:
+    """What the seed's page reported at the end: it polls and verifies while the peers work."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as reply:
+            status = json.load(reply)
+    except (OSError, ValueError) as e:
+        return f"seed page: no status ({e})"
+    refused = sum(status.get("groups_refused", {}).values())
+    return (
+        f"seed page: {status.get('nodes_known', 0)} nodes seen, {status.get('groups_verified', 0)} groups "
+        f"verified, {refused} refused"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="sapo-bench-seed-"))
     swarm, window = f"bench-seed-{rng.randrange(1 << 30):x}", 600.0
-    seed, address = start_seed(tmp / "seed", swarm, window)
+    page_port = _free_port()
+    seed, address = start_seed(tmp / "seed", swarm, window, page_port)
     cfg = SwarmConfig(
         swarm_name=swarm,
         host_maddrs=["/ip4/127.0.0.1/tcp/0"],
@@ -114,11 +156,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"seed and {args.peers} peers up in {time.perf_counter() - started:.1f} s; seed {address}")
     own = {id(p): TaskSet(TaskConfig(), seed=1000 + k) for k, p in enumerate(peers)}
     gather_s: list[float] = []
-    rss_peak, cpu0, t0 = 0.0, 0.0, 0.0
+    cpu0, t0 = 0.0, 0.0
+    sampler = _PeakSampler(seed.pid)
+    sampler.start()
     try:
         for r in range(args.rounds + 1):
             if r == 1:
-                _, cpu0 = _usage(seed.pid)
+                _, cpu0, _ = _usage(seed.pid)
                 t0 = time.perf_counter()
             order = list(peers)
             rng.shuffle(order)
@@ -129,8 +173,7 @@ def run(args: argparse.Namespace) -> int:
             for p in order:
                 p.gather(r, args.want, random.Random(rng.random()))
                 times.append(p.stats()["swarm/gather_s"])
-            rss, _ = _usage(seed.pid)
-            rss_peak = max(rss_peak, rss)
+            rss, _, _ = _usage(seed.pid)
             if r:
                 gather_s += times
             print(
@@ -144,9 +187,11 @@ def run(args: argparse.Namespace) -> int:
                     peers.remove(p)
                 with ThreadPoolExecutor(4) as pool:
                     peers += list(pool.map(new_peer, range(len(gone))))
-        _, cpu1 = _usage(seed.pid)
+        _, cpu1, _ = _usage(seed.pid)
         wall = time.perf_counter() - t0
+        print(_page_says(page_port))
     finally:
+        sampler.done.set()
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda p: p.close(), peers))
         seed.send_signal(signal.SIGTERM)
@@ -157,7 +202,11 @@ def run(args: argparse.Namespace) -> int:
     share = 100 * (cpu1 - cpu0) / wall if wall > 0 else float("nan")
     print(f"seed CPU {cpu1 - cpu0:.1f} s over {wall:.0f} s of measured rounds; exit code {seed.returncode}")
     print(
-        f"seed: {args.peers} peers, RSS {rss_peak:.0f} MB, CPU {share:.1f} % of one core, "
+        f"seed RSS at its peak: {sampler.own_at_peak:.0f} MB the seed's Python process, "
+        f"{sampler.peak - sampler.own_at_peak:.0f} MB its p2p daemon"
+    )
+    print(
+        f"seed: {args.peers} peers, RSS {sampler.peak:.0f} MB, CPU {share:.1f} % of one core, "
         f"gather p95 {_pct(gather_s, 95):.2f} s"
     )
     return 0

@@ -206,4 +206,7 @@ def main(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     page = (args.page_host or args.host, args.page_port) if args.page_port else None
+    from sapo_core.swarm.leandht import use_dht_without_torch
+
+    use_dht_without_torch()  # a seed trains nothing: hivemind's DHT without torch, 240 MB less
     return serve(cfg, stop, args.status_every, page)
