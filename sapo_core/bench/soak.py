@@ -34,8 +34,8 @@ import threading
 import time
 from pathlib import Path
 
-from sapo_core.bench.swarm import _groups
 from sapo_core.config import NodeConfig, SwarmConfig, TaskConfig
+from sapo_core.rollouts import Completion, Group
 
 FIELDS = [
     "round",
@@ -169,7 +169,6 @@ class LightPeers:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="soak-peers", daemon=True)
-        self.args = argparse.Namespace(groups=2, completions=4, chars=120)
 
     def start(self) -> None:
         self._thread.start()
@@ -181,7 +180,7 @@ class LightPeers:
                 peers = list(self.live.items())
             for k, p in peers:
                 try:
-                    p.publish(self.round, _groups(self.own[k], self.round, self.args, self.rng))
+                    p.publish(self.round, short_groups(self.own[k], self.round, self.rng))
                     p.gather(self.round, 2, random.Random(self.rng.random()))
                 except Exception:  # a peer that closed under us: churn, not a failure of the node
                     self.errors += 1
@@ -206,6 +205,22 @@ class LightPeers:
             for p in self.live.values():
                 p.close()
             self.live.clear()
+
+
+def short_groups(tasks, round: int, rng: random.Random, n: int = 2, size: int = 4) -> list[Group]:
+    """n groups of `size` short completions, some right and some wrong (a group with signal),
+    that pass the node's checks: a model's long answers would cost the peers a model; random
+    filler words fail the node's likelihood floor, and the node would never train on a peer's
+    group, leaving the sharing path out of the soak."""
+    out = []
+    for q in tasks.sample_questions(round, n):
+        right = rng.randint(1, size - 1)
+        forms = ("Answer: {}", "The answer is {}.", "So the answer is {}.")
+        wrong = "0" if q.answer.strip() != "0" else "1"
+        texts = [rng.choice(forms).format(q.answer if k < right else wrong) for k in range(size)]
+        rewards = tasks.score(q, texts)
+        out.append(Group(q, [Completion(text=t, reward=r) for t, r in zip(texts, rewards)], round=round))
+    return out
 
 
 def from_csv(path: str, warmup: int) -> str:
@@ -322,6 +337,7 @@ def summary(rows: list[dict[str, float]], warmup: int, hours: float, left: int, 
         f"store +{store_per_round:.1f} kB a round; threads "
         f"{kept[0]['threads']:.0f} -> {kept[-1]['threads']:.0f} (max {max(r['threads'] for r in rows):.0f}); "
         f"open files max {max(r['open_files'] for r in rows):.0f}; p2pd max {max(r['p2pd'] for r in rows):.0f}; "
+        f"peers' groups trained on {statistics.fmean(r['external_groups'] for r in rows):.2f} a round; "
         + (f"{peers.churns} churns, {peers.errors} peer errors; " if peers is not None else "")
         + (f"processes left after stop: {left}" if left >= 0 else "")
     )
