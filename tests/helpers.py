@@ -10,6 +10,7 @@ reasoning-gym.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -269,3 +270,36 @@ def self_signed_tls(where: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
     pem, pkcs8 = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8
     key_path.write_bytes(pkey.private_bytes(pem, pkcs8, serialization.NoEncryption()))
     return cert_path, key_path
+
+
+@contextlib.contextmanager
+def https_files(root: Path, tls_dir: Path):
+    """An HTTPS server on 127.0.0.1 serving the files in `root` with a certificate made in
+    `tls_dir`: yields (base URL, a client SSL context that trusts that certificate and nothing else)."""
+    import http.server
+    import ssl
+    import threading
+
+    self_signed_tls(tls_dir)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(root), **kw)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tls_dir / "cert.pem", tls_dir / "key.pem")
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield (
+            f"https://127.0.0.1:{httpd.server_address[1]}",
+            ssl.create_default_context(cafile=str(tls_dir / "cert.pem")),
+        )
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -5,9 +5,7 @@ and replayed lists, and the maintainer's commands."""
 from __future__ import annotations
 
 import base64
-import http.server
 import ssl
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from sapo_core.swarm.swarmlist import load_swarms, parse_swarms
 from sapo_core.swarm.swarmlist import sign_swarm_list as sign_list
 from sapo_core.swarm.swarmlist import update_swarm_list as update
 
-from helpers import self_signed_tls
+from helpers import https_files
 
 
 def load_last_good(path, keys):
@@ -54,25 +52,8 @@ def server(tmp_path_factory):
     """An HTTPS server on 127.0.0.1 serving files from a directory, and a client context that
     trusts its self-signed certificate (and nothing else)."""
     root = tmp_path_factory.mktemp("www")
-    tls = tmp_path_factory.mktemp("tls")
-    self_signed_tls(tls)
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, directory=str(root), **kw)
-
-        def log_message(self, *a):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(tls / "cert.pem", tls / "key.pem")
-    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    client = ssl.create_default_context(cafile=str(tls / "cert.pem"))
-    yield {"root": root, "url": f"https://127.0.0.1:{httpd.server_address[1]}", "context": client}
-    httpd.shutdown()
+    with https_files(root, tmp_path_factory.mktemp("tls")) as (url, client):
+        yield {"root": root, "url": url, "context": client}
 
 
 def _publish(server, name: str, data: str | bytes) -> str:
