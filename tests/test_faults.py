@@ -1,6 +1,7 @@
 """Faults a node meets over days (issue 24): a full disk, a data directory that turns read-only,
-a damaged run store or newest checkpoint, the clock jumping. Each gives a clear message and
-loses nothing a finished round saved; the next start goes on.
+a damaged run store or newest checkpoint, the clock jumping, the machine sleeping mid-round.
+Each gives a clear message and loses nothing a finished
+round saved; the next start goes on (or says what to do).
 
 The disk and read-only cases put the run directory on a real tmpfs the test mounts (root in a
 container, as CI runs); where mounting is not allowed they are skipped and say so. The node is
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import pytest
 from sapo_core.node import Node, NodeError
 from sapo_core.store import RunStore
 
-from helpers import light_config
+from helpers import light_config, light_env
 
 
 def _mount_tmpfs(where: Path) -> None:
@@ -182,3 +185,68 @@ def test_the_clock_jumping_back_and_forth_never_breaks_a_round(tmp_path, data_di
     node.close()
     assert _rounds(run) == [1, 2, 3, 4]
     assert os.path.isdir(run / "checkpoints" / "round-000004")
+
+
+# A stand-in for the app: a NodeClient (heartbeat timeout 6 s) driving a real node process,
+# printing each round it hears of and how the node ended.
+_DRIVER = r"""
+import sys
+from sapo_core.config import load_config
+from sapo_core.control import protocol as P
+from sapo_core.control.client import NodeClient
+client = NodeClient(heartbeat_timeout=6.0)
+client.start(load_config(sys.argv[1]))
+print("worker", client.pid, flush=True)
+while True:
+    ev = client.next_event(timeout=300)
+    if ev is None or isinstance(ev, P.Exited):
+        print("exited", getattr(ev, "reason", "no event for 300 s"), flush=True)
+        break
+    if isinstance(ev, P.RoundDone):
+        print("round", ev.round, flush=True)
+        if ev.round >= int(sys.argv[2]):
+            client.stop(timeout=60)
+            print("stopped", flush=True)
+            break
+"""
+
+
+@pytest.mark.node_process
+def test_the_machine_sleeping_mid_round_is_not_taken_for_a_hung_node(tmp_path, tmp_path_factory):
+    """The app and its node both stopped for 20 s mid-round (SIGSTOP to both process groups), as
+    in a suspend where the monotonic clock goes on (Windows counts a sleep in it): on waking, the
+    app's watchdog must not kill the node for the silence it slept through."""
+    from sapo_core.config import save_config
+
+    save_config(light_config(tmp_path / "run", max_new_tokens=8), tmp_path / "node.toml")
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER, str(tmp_path / "node.toml"), "6"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=light_env(tmp_path, tmp_path_factory),
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    try:
+        worker = 0
+        for line in driver.stdout:
+            lines.append(line)
+            if line.startswith("worker"):
+                worker = int(line.split()[1])
+            if line.startswith(("round 2", "exited")):
+                break
+        assert worker and lines[-1].startswith("round 2"), "".join(lines)
+        groups = (os.getpgid(driver.pid), os.getpgid(worker))  # the app's, and the node's own session
+        for g in groups:
+            os.killpg(g, signal.SIGSTOP)  # round 3 is under way
+        time.sleep(20)  # > 3 x the heartbeat timeout
+        for g in groups:  # the app wakes first: its watchdog looks before the node says anything
+            os.killpg(g, signal.SIGCONT)
+        out, _ = driver.communicate(timeout=300)
+        lines.append(out)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    text = "".join(lines)
+    assert "round 6" in text and "stopped" in text and "exited" not in text, text

@@ -107,6 +107,10 @@ class EventInbox:
         return ev
 
 
+# The watchdog looks every second; a gap this long between its looks means it was not running.
+WATCHDOG_STALL_SECONDS = 10.0
+
+
 class NodeClient:
     def __init__(
         self,
@@ -386,8 +390,16 @@ class NodeClient:
     def _watch_heartbeat(self) -> None:
         if not self.heartbeat_timeout:
             return
+        tick = time.monotonic()
         while not self._gone.wait(1.0):
-            silent = time.monotonic() - self.last_event_at
+            now = time.monotonic()
+            if now - tick > WATCHDOG_STALL_SECONDS:
+                # This loop itself did not run: the machine slept (Windows' monotonic clock counts
+                # a suspend) or this process was stopped. The node slept too: it gets a whole
+                # timeout from now to say it is alive, not a kill for the time nobody ran.
+                self.last_event_at = max(self.last_event_at, now)
+            tick = now
+            silent = now - self.last_event_at
             if silent > self.heartbeat_timeout and self.alive:
                 self._forced = f"no heartbeat for {silent:.0f} s: hung, terminated"
                 self._signal_tree(kill=False)
