@@ -128,6 +128,32 @@ def verify_gguf(path: Path, entry: CatalogEntry, cache_dir: Path) -> None:
         pass  # an unwritable cache only costs re-hashing next time
 
 
+def file_stamp(path: Path) -> tuple[int, int]:
+    """(size, modification time in ns) of the file behind `path`: what changes when it does."""
+    st = Path(os.path.realpath(path)).stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def fingerprint(path: Path, cache_dir: Path | None = None) -> str:
+    """The SHA-256 of a model file, hashed once per (size, modification time) and remembered in
+    the cache's verified.json: the identity of the base a run's adapter was trained on."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    real = Path(os.path.realpath(path))
+    db_path, db = _verified_db(cache_dir)
+    key, stamp = f"sha256:{real}", list(file_stamp(real))
+    known = db.get(key)
+    if isinstance(known, list) and len(known) == 3 and known[:2] == stamp:
+        return str(known[2])
+    digest = _sha256(real)
+    db[key] = [*stamp, digest]
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(db_path, json.dumps(db, indent=1).encode("utf-8"))
+    except OSError:
+        pass  # an unwritable cache only costs re-hashing next time
+    return digest
+
+
 # --- the hub ----------------------------------------------------------------------------
 
 
@@ -348,6 +374,8 @@ __all__ = [
     "resolve_model",
     "ModelPlan",
     "verify_gguf",
+    "fingerprint",
+    "file_stamp",
     "default_cache_dir",
     "PIP_EMBEDDED",
     "Progress",

@@ -55,7 +55,7 @@ from sapo_core.figures import PhaseTimer, round_figures
 from sapo_core.fsutil import atomic_write_bytes, write_trouble
 from sapo_core.hardware import training_device
 from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
-from sapo_core.modelfiles import resolve_model
+from sapo_core.modelfiles import file_stamp, fingerprint, resolve_model
 from sapo_core.policy import Policy, load_policy
 from sapo_core.rollouts import Completion, Group
 from sapo_core.roundshape import RoundShape
@@ -94,6 +94,8 @@ class Node:
         self._evaluator = None
         self._identity = "alone"
         self.threads = 0  # the compute threads in use (set in setup)
+        self._base: tuple[Path, tuple[int, int], str] | None = None  # model file, its stamp, SHA-256
+        self._base_changed_said = False
 
     # --- start-up -----------------------------------------------------------------------
     def setup(self) -> None:
@@ -113,6 +115,7 @@ class Node:
             log.info(f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
         hf_cache, gguf, tokenizer_gguf = paths.cache_dir() / "hf", plan.gguf, plan.tokenizer_gguf
+        self._base = None if gguf is None else (gguf, file_stamp(gguf), fingerprint(gguf, paths.cache_dir()))
         self.policy = load_policy(cfg.model, gguf, hf_cache, cfg.seed, tokenizer_gguf, plan.model_id)
         device = training_device(cfg.train.device)
         if device.value != "cpu":
@@ -172,6 +175,13 @@ class Node:
             raise NodeError(
                 f"{self.run_dir} holds a run of {state.model_id} (LoRA rank {state.lora_rank}); this config "
                 f"trains {self.policy.model_id} (rank {self.policy.lora_rank}). Use another --run-dir."
+            )
+        was = state.extra.get("base_sha256")
+        if was and self._base is not None and was != self._base[2]:
+            raise NodeError(
+                f"the model file {self._base[0]} changed since this run's last checkpoint (SHA-256 {was[:12]}… "
+                f"then, {self._base[2][:12]}… now): what was trained belongs to the file before. Put that "
+                f"file back to go on, or start a new run (another --run-dir; the app: Settings, Setup again)."
             )
         self.policy.load_trainable_state_dict(trainable)
         self.trainer.load_state_dict(optimizer)
@@ -412,8 +422,27 @@ class Node:
     def _save(self, r: int, metrics: dict[str, float], started: float) -> None:
         p, receipts = self.policy, [list(x) for x in self._receipts]
         extra = dict(metrics=metrics, started=started, shape=dict(self.shape.__dict__), tasks=self.tasks.state_dict())
+        if self._base is not None:
+            extra["base_sha256"] = self._base[2]
+            self._check_base_file()
         state = CheckpointState(r, p.model_id, p.lora_rank, p.version, extra={**extra, "receipts": receipts})
         self.checkpoints.save(state, p.trainable_state_dict(), self.trainer.state_dict())
+
+    def _check_base_file(self) -> None:
+        """Say once if the model file changed on disk while the node runs. The node goes on with
+        the model it loaded (in memory; the sampler's copy is its own); the next start compares
+        the file with the checkpoint's record of it."""
+        path, stamp, _ = self._base
+        try:
+            now = file_stamp(path)
+        except OSError:
+            now = None
+        if now != stamp and not self._base_changed_said:
+            self._base_changed_said = True
+            log.warning(
+                f"the model file {path} changed on disk (or went) while the node runs: this run goes on "
+                "with the model it loaded; the next start checks the file against this run's checkpoint"
+            )
 
     def _autoscale(self, seconds: float) -> None:
         c = self.cfg

@@ -1,6 +1,6 @@
 """Faults a node meets over days (issue 24): a full disk, a data directory that turns read-only,
-a damaged run store or newest checkpoint, the clock jumping, the machine sleeping mid-round.
-Each gives a clear message and loses nothing a finished
+a damaged run store or newest checkpoint, the clock jumping, the machine sleeping mid-round, the
+model file changing under the node. Each gives a clear message and loses nothing a finished
 round saved; the next start goes on (or says what to do).
 
 The disk and read-only cases put the run directory on a real tmpfs the test mounts (root in a
@@ -9,8 +9,10 @@ real (the tiny test model, in this process)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -250,3 +252,40 @@ def test_the_machine_sleeping_mid_round_is_not_taken_for_a_hung_node(tmp_path, t
             driver.kill()
     text = "".join(lines)
     assert "round 6" in text and "stopped" in text and "exited" not in text, text
+
+
+@pytest.mark.slow
+def test_the_model_file_changing_under_the_node_is_said_and_the_next_start_says_what_to_do(tmp_path, data_dir, caplog):
+    from sapo_core.modelfiles import embedded_gguf_path
+
+    model, run = tmp_path / "model.gguf", tmp_path / "run"
+    shutil.copyfile(embedded_gguf_path(), model)
+    cfg = light_config(run, **{"model.name": "smol-copy", "model.gguf_path": str(model)})
+    node = Node(cfg)
+    node.setup()
+    node.run_round()
+    before = model.read_bytes()
+    with open(model, "r+b") as f:  # another file of the same name: one weight byte differs
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    st = model.stat()
+    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))  # a coarse clock may not move
+    with caplog.at_level(logging.WARNING, logger="sapo_core.node"):
+        node.run_round()  # it goes on with the model it loaded, and says the file changed
+    node.close()
+    assert "model.gguf changed on disk" in caplog.text
+    assert _rounds(run) == [1, 2]
+    again = Node(cfg)
+    with pytest.raises(NodeError, match="changed since this run's last checkpoint.*Put that file back"):
+        again.setup()
+    again.close()
+    assert _rounds(run) == [1, 2]  # nothing lost
+    model.write_bytes(before)  # the file put back: the run goes on where it stopped
+    node = Node(cfg)
+    node.setup()
+    assert node.next_round == 3
+    node.run_round()
+    node.close()
+    assert _rounds(run) == [1, 2, 3]
