@@ -61,6 +61,9 @@ class UiSettings:
         "node/paused_by_user": False,
         "tray/told_about_close": False,
         "export/dir": "",
+        "updates/url": "",  # the signed release manifest (app/updater.py); none shipped yet
+        "updates/automatic": False,  # install by itself, between rounds
+        "updates/told": "",  # the release the tray last told of
     }
 
     def __init__(self, path: Path | None = None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QProcess, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon
 from PySide6.QtWidgets import QApplication, QMainWindow, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
@@ -29,6 +29,7 @@ from app.swarm_view import SwarmView
 from app.theme import style_sheet
 from app.tray import TrayIcon
 from app.try_view import TryView
+from app.updater import UpdateBar, Updater, UpdateSettings
 from sapo_core.config import ConfigError, ControlConfig, NodeConfig
 from sapo_core.control import protocol as P
 
@@ -45,7 +46,10 @@ class MainWindow(QMainWindow):
     quit_finished = Signal()
     """The node has stopped after Quit; the app may leave."""
 
-    def __init__(self, bridge: WorkerBridge, settings: UiSettings, use_tray: bool = True) -> None:
+    def __init__(
+        self, bridge: WorkerBridge, settings: UiSettings, use_tray: bool = True, updater: Updater | None = None
+    ) -> None:
+        """`updater`: checks for and installs releases (default: this copy's, from the settings)."""
         super().__init__()
         self.bridge, self.settings = bridge, settings
         self.saved_config: NodeConfig | None = None  # node.toml as written (run_dir may be empty)
@@ -53,11 +57,15 @@ class MainWindow(QMainWindow):
         self._loaded_store: Path | None = None
         self._pending_rounds: list[P.RoundDone] = []
         self._quitting = self._restart_after_stop = False
+        self._update_pending = self._start_after_update = False
         self.setWindowTitle(APP_NAME)
         self.setWindowIcon(app_icon())
         self.setStyleSheet(style_sheet())  # colours from the system palette: light or dark
 
         self.banner = ErrorBanner()
+        self.update_bar = UpdateBar()
+        self.updater = updater or Updater(settings, self)
+        self.update_settings = UpdateSettings(settings)
         self.panel = StatusPanel()
         self.dashboard = DashboardView(self.history, window=settings.get("dashboard/window"))
         self.try_view = TryView()
@@ -68,6 +76,7 @@ class MainWindow(QMainWindow):
         # the Settings page scrolls: its form is taller than a 640 px screen leaves it under an error banner
         share_scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
         share_scroll.setWidget(self.share)
+        self.share.layout().insertWidget(self.share.layout().count() - 1, self.update_settings)  # above the stretch
         for i, (view, name) in enumerate(
             zip((self.dashboard, self.try_view, self.swarm_view, share_scroll, self.log_view), TABS)
         ):
@@ -77,6 +86,7 @@ class MainWindow(QMainWindow):
         central = QWidget()
         col = QVBoxLayout(central)
         col.setContentsMargins(8, 8, 8, 4)
+        col.addWidget(self.update_bar)
         col.addWidget(self.banner)
         col.addWidget(self.panel)
         col.addWidget(self.tabs, 1)
@@ -122,6 +132,14 @@ class MainWindow(QMainWindow):
         self.banner.action_requested.connect(self._on_banner_action_requested)
         self.loader.loaded.connect(self._on_loaded)
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)
+        self.updater.found.connect(self._on_update_found)
+        self.updater.checked.connect(self._on_update_checked)
+        self.updater.progress.connect(self.update_bar.downloading)
+        self.updater.done.connect(self._on_update_done)
+        self.update_bar.update_requested.connect(self._on_update_requested)
+        self.update_bar.restart_requested.connect(self._on_update_restart_requested)
+        self.update_settings.check_requested.connect(self._on_update_check_requested)
+        self.updater.schedule()
 
         geometry = settings.get("window/geometry")
         if not geometry or not self.restoreGeometry(geometry):
@@ -262,6 +280,8 @@ class MainWindow(QMainWindow):
         if ev.state == P.CRASHED and self.banner.isHidden():
             self.banner.show_message(f"The node stopped: {ev.reason}", "See the Log tab for details.", "start")
         self._refresh_status()
+        if self._update_pending and ev.state in (P.PAUSED, P.SNOOZED):
+            self.bridge.stop()  # its round is over and checkpointed: stop it for the update
 
     def _on_round_done(self, ev: P.RoundDone) -> None:
         self.status.apply(ev)
@@ -324,7 +344,10 @@ class MainWindow(QMainWindow):
         self.log_view.append(self.log.add("command", words))
 
     def _on_stop_finished(self) -> None:
-        if self._quitting:
+        if self._update_pending:
+            self._update_pending = False
+            self._install_update()
+        elif self._quitting:
             self.quit_finished.emit()
             self.close()
             QApplication.quit()
@@ -414,6 +437,60 @@ class MainWindow(QMainWindow):
 
     def _on_tabs_current_changed(self, index: int) -> None:
         self.settings.set("window/tab", index)
+
+    # --- updates -------------------------------------------------------------------------------------------------
+    def _on_update_check_requested(self) -> None:
+        if not self.updater.check_now():
+            self.update_settings.status_label.setText("Set the address first (or a check is under way).")
+
+    def _on_update_checked(self, line: str) -> None:
+        self.log_view.append(self.log.add("info", line))
+        self.update_settings.status_label.setText(line[:1].upper() + line[1:] + ".")
+
+    def _on_update_found(self, release) -> None:
+        installable = self.updater.package() is not None
+        self.update_bar.offer(release, installable)
+        if self.tray is not None and self.settings.get("updates/told") != release.version:
+            self.settings.set("updates/told", release.version)
+            self.tray.notify(APP_NAME, f"SAPO Swarm {release.version} is available. Open the window to update.")
+        if installable and self.settings.get("updates/automatic"):
+            self._on_update_requested()
+
+    def _on_update_requested(self) -> None:
+        """Install between rounds: a running node pauses after its round, then stops, then the
+        package is fetched and installed."""
+        if self.updater.package() is None or self._update_pending:
+            return
+        if self.bridge.running:
+            self._update_pending = self._start_after_update = True
+            self.update_bar.waiting("Waiting for the node to finish its round; then the update downloads and installs.")
+            if self.status.state in (P.PAUSED, P.SNOOZED):
+                self.bridge.stop()
+            else:
+                self.bridge.pause(after_round=True)
+        else:
+            self._install_update()
+
+    def _install_update(self) -> None:
+        self.update_bar.waiting("Downloading and installing the update…")
+        if not self.updater.install_now() and not self.updater.busy:
+            self._after_update(False)
+
+    def _on_update_done(self, ok: bool, text: str) -> None:
+        launcher = self.updater.launcher()
+        self.update_bar.finished(ok, text, launcher is not None and launcher.exists())
+        self.log_view.append(self.log.add("info" if ok else "warning", text))
+        self._after_update(ok)
+
+    def _after_update(self, ok: bool) -> None:
+        if self._start_after_update and not ok:  # the installed version stays: train on with it
+            self._start_after_update = False
+            QTimer.singleShot(0, self.start_node)
+
+    def _on_update_restart_requested(self) -> None:
+        launcher = self.updater.launcher()
+        if launcher is not None and QProcess.startDetached(str(launcher), []):
+            self.request_quit()
 
     def _on_details_requested(self) -> None:
         self.tabs.setCurrentWidget(self.log_view)
