@@ -1,7 +1,8 @@
 """A PNG of each screen: `python -m app.screenshots DIR` or `sapo-swarm --screenshots DIR [--demo]`.
 
 Renders offscreen (no display needed): the three setup pages (with this computer's real
-hardware scan), the window's five tabs, the window showing a node error, and the tray menu;
+hardware scan), the window's five tabs, the window showing a node error, the tray menu, and
+(with demo data) the bar a new release brings;
 then the setup pages and the window again on a dark palette (`-dark`) and the window at
 1000 x 640 (`-small`), the two cases a review of the screens found unreadable.
 The dashboard shows the run store of the configured run when it has rounds; otherwise, or
@@ -115,6 +116,12 @@ def _window_shots(app, out: Path, suffix: str, size: tuple[int, int], use_demo: 
             window.tabs.setCurrentIndex(index)
             shots.append(_save(window, out, f"{name.lower().replace(' ', '-')}{suffix}.png", app))
         window.tabs.setCurrentIndex(0)
+        if use_demo:  # the bar a new release brings (a made-up one, like the rest of the demo)
+            from sapo_core.updates import Release
+
+            window.update_bar.offer(Release("0.2.0", "Made-up notes for the screenshots: rounds a third faster."), True)
+            shots.append(_save(window, out, f"update{suffix}.png", app))
+            window.update_bar.hide()
         try:
             load_catalogue().get("no-such-model")
             message = "model.name 'no-such-model' is unknown"

@@ -197,7 +197,7 @@ def test_screenshots_of_every_screen(tmp_path, data):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     names = {p.name for p in shots.glob("*.png")}
-    screens = ["dashboard", "try-it", "swarm", "settings", "log", "error"]
+    screens = ["dashboard", "try-it", "swarm", "settings", "log", "error", "update"]
     light_and_dark = ["setup-1-computer", "setup-2-swarm", "setup-3-share", "tray-menu", *screens]
     assert names == {f"{n}{v}.png" for n in light_and_dark for v in ("", "-dark")} | {f"{n}-small.png" for n in screens}
     image = QImage(str(shots / "dashboard.png"))
