@@ -17,14 +17,12 @@ the whole package was imported already (a test, a notebook), it is used as it is
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import sys
 import threading
-import types
 from typing import Any
 
-from sapo_core import paths
+from sapo_core import leanimport, paths
 from sapo_core.config import PAPER_SPECIALTIES
 
 log = logging.getLogger(__name__)
@@ -54,7 +52,7 @@ def create_dataset(name: str, **kwargs: Any) -> Any:
 
 def is_lean() -> bool:
     """Whether this process loaded only the nine datasets (False: the whole package, or not yet)."""
-    return getattr(sys.modules.get("reasoning_gym"), "__sapo_lean__", False)
+    return leanimport.is_lean("reasoning_gym")
 
 
 def _load() -> Any:
@@ -70,20 +68,12 @@ def _lean() -> Any:
     """reasoning_gym.factory with the nine datasets registered, or None (whole package wanted)."""
     if "reasoning_gym" in sys.modules:
         return None  # imported already, whole or by us: use it as it is
-    spec = importlib.util.find_spec("reasoning_gym")
-    if spec is None or not spec.submodule_search_locations:
+    root = leanimport.package_dir("reasoning_gym")
+    if root is None:
         return None  # not installed: the usual import says so
-    root = list(spec.submodule_search_locations)[0]
     try:
-        packages = ["reasoning_gym"] + sorted({f"reasoning_gym.{m.split('.')[0]}" for m in _MODULES.values()})
-        for name in packages:
-            package = types.ModuleType(name)
-            package.__path__ = [root + name[len("reasoning_gym") :].replace(".", "/")]
-            package.__package__ = name
-            package.__sapo_lean__ = True
-            sys.modules[name] = package
-            if "." in name:
-                setattr(sys.modules["reasoning_gym"], name.rsplit(".", 1)[1], package)
+        families = sorted({f"reasoning_gym.{m.split('.')[0]}" for m in _MODULES.values()})
+        leanimport.empty_packages("reasoning_gym", root, ["reasoning_gym", *families])
         importlib.import_module("reasoning_gym.coaching")  # before factory: the package's own order
         factory = importlib.import_module("reasoning_gym.factory")
         sys.modules["reasoning_gym"].create_dataset = factory.create_dataset
@@ -93,8 +83,7 @@ def _lean() -> Any:
         if missing:
             raise ImportError(f"{', '.join(sorted(missing))} not registered (reasoning-gym's layout changed)")
     except Exception as e:  # noqa: BLE001 (any failure: fall back to the whole package)
-        for name in [n for n in sys.modules if n == "reasoning_gym" or n.startswith("reasoning_gym.")]:
-            del sys.modules[name]
+        leanimport.forget("reasoning_gym")
         log.warning("ReasoningGYM's nine datasets did not load alone (%s); importing the whole package", e)
         return None
     return factory

@@ -8,7 +8,7 @@ import os
 import psutil
 import pytest
 
-from helpers import light_env
+from helpers import https_files, light_env
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -95,3 +95,31 @@ def no_log_handler_left():
         os.environ.pop("SAPO_LOG_LEVEL", None)
     else:
         os.environ["SAPO_LOG_LEVEL"] = level
+
+
+# --- signed lists and manifests (swarm list, releases), served over HTTPS on loopback -----------
+
+
+@pytest.fixture(scope="module")
+def key():
+    """The Ed25519 key a module's signed lists are signed with (a maintainer's)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate()
+
+
+@pytest.fixture(scope="module")
+def keys(key):
+    """The trusted keys, as a node reads them from resources/swarmlist-keys.txt: `key` only."""
+    from sapo_core.swarm.signedlist import parse_keys, public_key_line
+
+    return parse_keys(public_key_line(key))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """An HTTPS server on 127.0.0.1 serving the files of `root`, and a client context that
+    trusts its self-signed certificate (and nothing else): {"root", "url", "context"}."""
+    root = tmp_path_factory.mktemp("www")
+    with https_files(root, tmp_path_factory.mktemp("tls")) as (url, context):
+        yield {"root": root, "url": url, "context": context}

@@ -303,3 +303,32 @@ def https_files(root: Path, tls_dir: Path):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def release_tarball(version: str, launcher: bool = True, extra: dict[str, bytes] | None = None) -> bytes:
+    """A release package as the build writes it: one top folder with the launcher in it
+    (sapo_core/updates.py), and `extra` files by their paths in the archive."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        files = {f"sapo-swarm-{version}/lib/core.txt": f"core {version}\n".encode(), **(extra or {})}
+        if launcher:
+            files[f"sapo-swarm-{version}/sapo-swarm"] = b"#!/bin/sh\necho " + version.encode() + b"\n"
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def release_manifest(seq: int, version: str, url: str, package: bytes, notes: str = "Faster rounds.") -> str:
+    """An unsigned release manifest (sign it with signedlist.sign_list) naming `package` at `url`."""
+    import hashlib
+
+    return (
+        f'version = {seq}\n[release]\nversion = "{version}"\nnotes = "{notes}"\n'
+        f'[[release.packages]]\nplatform = "linux-x86_64-tar"\nurl = "{url}"\n'
+        f'sha256 = "{hashlib.sha256(package).hexdigest()}"\nsize = {len(package)}\n'
+    )

@@ -6,10 +6,7 @@ again; a wrongly signed manifest offers nothing."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -22,45 +19,19 @@ from app.window import MainWindow
 from sapo_core import updates
 from sapo_core.config import save_config
 from sapo_core.control import protocol as P
-from sapo_core.swarm.signedlist import parse_keys, public_key_line, sign_list
+from sapo_core.swarm.signedlist import sign_list
 
-from helpers import https_files, light_config
+from helpers import light_config, release_manifest, release_tarball
 
 pytestmark = pytest.mark.gui
 START_MS = 300_000
 
 
-@pytest.fixture(scope="module")
-def key():
-    return Ed25519PrivateKey.generate()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("www")
-    with https_files(root, tmp_path_factory.mktemp("tls")) as (url, context):
-        yield {"root": root, "url": url, "context": context}
-
-
-def _tarball(version: str) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as tar:
-        data = b"#!/bin/sh\necho " + version.encode() + b"\n"
-        info = tarfile.TarInfo(f"sapo-swarm-{version}/sapo-swarm")
-        info.size, info.mode = len(data), 0o755
-        tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 def _publish(server, key, name: str, version: str, served: bytes | None = None) -> str:
     """A manifest naming `version`'s package (the server sends `served` instead, if given)."""
-    package = _tarball(version)
+    package = release_tarball(version)
     (server["root"] / f"{name}.tar.gz").write_bytes(package if served is None else served(package))
-    text = (
-        f'version = 1\n[release]\nversion = "{version}"\nnotes = "Rounds a third faster."\n'
-        f'[[release.packages]]\nplatform = "linux-x86_64-tar"\nurl = "{server["url"]}/{name}.tar.gz"\n'
-        f'sha256 = "{hashlib.sha256(package).hexdigest()}"\nsize = {len(package)}\n'
-    )
+    text = release_manifest(1, version, f"{server['url']}/{name}.tar.gz", package, "Rounds a third faster.")
     (server["root"] / f"{name}.toml").write_text(sign_list(text, key))
     return f"{server['url']}/{name}.toml"
 
@@ -101,9 +72,9 @@ def _check(qtbot, w: MainWindow) -> list[str]:
     return lines
 
 
-def test_a_wrongly_signed_manifest_offers_nothing(qtbot, tmp_path, tmp_path_factory, monkeypatch, server, key):
+def test_a_wrongly_signed_manifest_offers_nothing(qtbot, tmp_path, tmp_path_factory, monkeypatch, server, key, keys):
     url = _publish(server, Ed25519PrivateKey.generate(), "stranger", "0.9.0")
-    w = _window(tmp_path, tmp_path_factory, monkeypatch, server, parse_keys(public_key_line(key)), url)
+    w = _window(tmp_path, tmp_path_factory, monkeypatch, server, keys, url)
     lines = _check(qtbot, w)
     assert "not one this node trusts" in lines[0] and w.update_bar.isHidden()
     assert "no newer release" in lines[-1]
@@ -113,9 +84,8 @@ def test_a_wrongly_signed_manifest_offers_nothing(qtbot, tmp_path, tmp_path_fact
 
 @pytest.mark.node_process
 def test_update_now_waits_for_the_round_installs_and_a_bad_package_restarts_the_node(
-    qtbot, tmp_path, tmp_path_factory, monkeypatch, server, key
+    qtbot, tmp_path, tmp_path_factory, monkeypatch, server, key, keys
 ):
-    keys = parse_keys(public_key_line(key))
     bad = _publish(server, key, "bad", "0.8.0", served=lambda p: p[: len(p) // 2])  # truncated on the wire
     w = _window(tmp_path, tmp_path_factory, monkeypatch, server, keys, bad, node=True)
     states: list[str] = []
@@ -155,9 +125,9 @@ def test_update_now_waits_for_the_round_installs_and_a_bad_package_restarts_the_
         w.deleteLater()
 
 
-def test_a_source_copy_is_told_what_to_run_instead(qtbot, tmp_path, tmp_path_factory, monkeypatch, server, key):
+def test_a_source_copy_is_told_what_to_run_instead(qtbot, tmp_path, tmp_path_factory, monkeypatch, server, key, keys):
     url = _publish(server, key, "src", "0.9.1")
-    w = _window(tmp_path, tmp_path_factory, monkeypatch, server, parse_keys(public_key_line(key)), url)
+    w = _window(tmp_path, tmp_path_factory, monkeypatch, server, keys, url)
     w.updater.where = updates.Installation("source", "")
     _check(qtbot, w)
     assert w.update_bar.isVisible() and "git pull" in w.update_bar.label.text()

@@ -13,13 +13,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sapo_core.cli import main as cli_main
 from sapo_core.config import ConfigError, SwarmConfig
-from sapo_core.swarm.signedlist import MAX_LIST_BYTES, SIGNATURE_PREFIX, parse_keys, public_key_line
+from sapo_core.swarm.signedlist import MAX_LIST_BYTES, SIGNATURE_PREFIX, parse_keys
 from sapo_core.swarm.signedlist import load_last_good as _load_last_good
 from sapo_core.swarm.swarmlist import load_swarms, parse_swarms
 from sapo_core.swarm.swarmlist import sign_swarm_list as sign_list
 from sapo_core.swarm.swarmlist import update_swarm_list as update
-
-from helpers import https_files
 
 
 def load_last_good(path, keys):
@@ -35,25 +33,6 @@ def _list(version: int, name: str = "public-a", peers: tuple[str, ...] = (PEER,)
         f'# the project\'s swarms\nversion = {version}\n\n[[swarm]]\nname = "{name}"\n'
         f'description = "a test swarm"\nbootstrap = [{boot}]\nwindow_seconds = 300.0\nshards = 16\n'
     )
-
-
-@pytest.fixture(scope="module")
-def key():
-    return Ed25519PrivateKey.generate()
-
-
-@pytest.fixture(scope="module")
-def keys(key):
-    return parse_keys(public_key_line(key))
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """An HTTPS server on 127.0.0.1 serving files from a directory, and a client context that
-    trusts its self-signed certificate (and nothing else)."""
-    root = tmp_path_factory.mktemp("www")
-    with https_files(root, tmp_path_factory.mktemp("tls")) as (url, client):
-        yield {"root": root, "url": url, "context": client}
 
 
 def _publish(server, name: str, data: str | bytes) -> str:

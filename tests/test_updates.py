@@ -6,56 +6,15 @@ the installed version as it was."""
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import tarfile
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sapo_core import updates
-from sapo_core.swarm.signedlist import parse_keys, public_key_line, sign_list
+from sapo_core.swarm.signedlist import sign_list
 
-from helpers import https_files
-
-
-@pytest.fixture(scope="module")
-def key():
-    return Ed25519PrivateKey.generate()
-
-
-@pytest.fixture(scope="module")
-def keys(key):
-    return parse_keys(public_key_line(key))
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("www")
-    with https_files(root, tmp_path_factory.mktemp("tls")) as (url, context):
-        yield {"root": root, "url": url, "context": context}
-
-
-def _tarball(version: str, launcher: bool = True, extra: dict[str, bytes] | None = None) -> bytes:
-    """A package as the build writes it: one top folder with the launcher in it."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as tar:
-        files = {f"sapo-swarm-{version}/lib/core.txt": f"core {version}\n".encode(), **(extra or {})}
-        if launcher:
-            files[f"sapo-swarm-{version}/sapo-swarm"] = b"#!/bin/sh\necho " + version.encode() + b"\n"
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o755
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
-def _manifest(seq: int, version: str, url: str, data: bytes, size: int | None = None) -> str:
-    return (
-        f'version = {seq}\n[release]\nversion = "{version}"\nnotes = "Faster rounds."\n'
-        f'[[release.packages]]\nplatform = "linux-x86_64-tar"\nurl = "{url}"\n'
-        f'sha256 = "{hashlib.sha256(data).hexdigest()}"\nsize = {len(data) if size is None else size}\n'
-    )
+from helpers import release_manifest, release_tarball
 
 
 def _serve(server, name: str, data: bytes | str) -> str:
@@ -64,9 +23,9 @@ def _serve(server, name: str, data: bytes | str) -> str:
 
 
 def test_a_signed_newer_release_is_found_downloaded_and_installed_in_one_switch(server, key, keys, tmp_path):
-    package = _tarball("9.1.0")
+    package = release_tarball("9.1.0")
     url = _serve(server, "sapo-swarm-9.1.0.tar.gz", package)
-    manifest = _serve(server, "good.toml", sign_list(_manifest(3, "9.1.0", url, package), key))
+    manifest = _serve(server, "good.toml", sign_list(release_manifest(3, "9.1.0", url, package), key))
     found = updates.check([manifest], keys, tmp_path / "release.toml", context=server["context"])
     assert found.refused == [] and found.newer("0.1.0").version == "9.1.0"
     assert found.newer("9.1.0") is None  # the same version is no update
@@ -92,11 +51,11 @@ def test_a_signed_newer_release_is_found_downloaded_and_installed_in_one_switch(
 
 
 def test_wrongly_signed_truncated_and_replayed_manifests_are_refused(server, key, keys, tmp_path):
-    package = _tarball("9.2.0")
+    package = release_tarball("9.2.0")
     url = _serve(server, "p.tar.gz", package)
     other = Ed25519PrivateKey.generate()
-    wrong = _serve(server, "wrong.toml", sign_list(_manifest(5, "9.2.0", url, package), other))
-    signed = sign_list(_manifest(5, "9.2.0", url, package), key)
+    wrong = _serve(server, "wrong.toml", sign_list(release_manifest(5, "9.2.0", url, package), other))
+    signed = sign_list(release_manifest(5, "9.2.0", url, package), key)
     truncated = _serve(server, "truncated.toml", signed[: len(signed) // 2])
     cut_body = signed.replace('notes = "Faster rounds."\n', "")  # signature of the whole, body cut
     altered = _serve(server, "cut.toml", cut_body)
@@ -109,7 +68,7 @@ def test_wrongly_signed_truncated_and_replayed_manifests_are_refused(server, key
     # a good one is kept; an older one served later cannot take it back
     good = _serve(server, "good5.toml", signed)
     assert updates.check([good], keys, path, context=server["context"]).release.version == "9.2.0"
-    old = _serve(server, "old.toml", sign_list(_manifest(4, "9.0.5", url, package), key))
+    old = _serve(server, "old.toml", sign_list(release_manifest(4, "9.0.5", url, package), key))
     got = updates.check([old], keys, path, context=server["context"])
     assert got.release.version == "9.2.0" and "older than" in got.refused[0]
 
@@ -124,8 +83,8 @@ def test_wrongly_signed_truncated_and_replayed_manifests_are_refused(server, key
     ],
 )
 def test_a_manifest_with_a_bad_package_entry_is_refused_with_the_field(server, key, keys, tmp_path, field, value, says):
-    package = _tarball("9.3.0")
-    text = _manifest(2, "9.3.0", f"{server['url']}/p.tar.gz", package)
+    package = release_tarball("9.3.0")
+    text = release_manifest(2, "9.3.0", f"{server['url']}/p.tar.gz", package)
     text = "\n".join(f"{field} = {value}" if line.startswith(f"{field} = ") else line for line in text.splitlines())
     url = _serve(server, f"bad-{field}.toml", sign_list(text + "\n", key))
     got = updates.check([url], keys, tmp_path / "r.toml", context=server["context"])
@@ -134,7 +93,7 @@ def test_a_manifest_with_a_bad_package_entry_is_refused_with_the_field(server, k
 
 @pytest.mark.parametrize("damage", ["truncated", "altered", "longer"])
 def test_a_package_that_is_not_the_signed_one_is_refused_and_nothing_is_left(server, tmp_path, damage):
-    package = _tarball("9.4.0")
+    package = release_tarball("9.4.0")
     served = {
         "truncated": package[: len(package) // 2],
         "altered": package[:-1] + bytes([package[-1] ^ 1]),
@@ -165,8 +124,8 @@ def test_an_unreachable_package_says_so_and_leaves_nothing(tmp_path):
 @pytest.mark.parametrize(
     "archive, says",
     [
-        (_tarball("9.5.0", launcher=False), "no sapo-swarm launcher"),
-        (_tarball("9.5.0", extra={"../../escape.txt": b"x"}), "could not be unpacked"),
+        (release_tarball("9.5.0", launcher=False), "no sapo-swarm launcher"),
+        (release_tarball("9.5.0", extra={"../../escape.txt": b"x"}), "could not be unpacked"),
         (b"not a tarball at all", "could not be unpacked"),
     ],
     ids=["no-launcher", "path-escape", "not-tar"],
@@ -189,7 +148,7 @@ def test_three_installs_keep_the_running_version_and_the_one_before(tmp_path):
     root = tmp_path / "app"
     for v in ("1.0.0", "1.1.0", "1.2.0"):
         file = tmp_path / f"{v}.tar.gz"
-        file.write_bytes(_tarball(v))
+        file.write_bytes(release_tarball(v))
         updates.install_tarball(file, v, root)
     assert os.readlink(root / "current") == "versions/1.2.0"
     assert sorted(p.name for p in (root / "versions").iterdir()) == ["1.1.0", "1.2.0"]

@@ -19,10 +19,11 @@ heavier). `tests/test_seed.py` asserts a seed process never loads torch on the p
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import sys
 import types
+
+from sapo_core import leanimport
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ _NEEDED = (
 
 def is_lean() -> bool:
     """Whether this process's hivemind is the torch-free one."""
-    return getattr(sys.modules.get("hivemind"), "__sapo_lean__", False)
+    return leanimport.is_lean("hivemind")
 
 
 def use_dht_without_torch() -> bool:
@@ -55,21 +56,12 @@ def use_dht_without_torch() -> bool:
     (logged; the usual import still works)."""
     if "hivemind" in sys.modules:
         return is_lean()
-    spec = importlib.util.find_spec("hivemind")
-    if spec is None or not spec.submodule_search_locations:
+    root = leanimport.package_dir("hivemind")
+    if root is None:
         return False  # not installed: the usual import says so where it is needed
-    root = list(spec.submodule_search_locations)[0]
     had_torch = "torch" in sys.modules
     try:
-        for name in _PACKAGES:
-            package = types.ModuleType(name)
-            package.__path__ = [root + name[len("hivemind") :].replace(".", "/")]
-            package.__package__ = name
-            package.__sapo_lean__ = True
-            sys.modules[name] = package
-            if "." in name:
-                parent, child = name.rsplit(".", 1)
-                setattr(sys.modules[parent], child, package)
+        leanimport.empty_packages("hivemind", root, _PACKAGES)
         utils = sys.modules["hivemind.utils"]
         for sub in _UTILS_SUBMODULES:
             module = importlib.import_module(f"hivemind.utils.{sub}")
@@ -84,8 +76,7 @@ def use_dht_without_torch() -> bool:
         if not had_torch and "torch" in sys.modules:
             raise ImportError("torch was imported on the way (hivemind's layout changed)")
     except Exception as e:  # noqa: BLE001 (any failure: fall back to the usual import)
-        for name in [n for n in sys.modules if n == "hivemind" or n.startswith("hivemind.")]:
-            del sys.modules[name]
+        leanimport.forget("hivemind")
         log.warning("the DHT without torch did not load (%s); importing all of hivemind instead", e)
         return False
     return True
