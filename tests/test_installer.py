@@ -249,3 +249,28 @@ def test_uninstall_leaves_only_run_data_and_purge_removes_it(installed: Install)
     proc = installed.install("--uninstall", "--purge")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [p for p in installed.home.rglob("*") if not p.is_dir()] == []
+
+
+def test_the_platforms_workflow_runs_what_exists_on_each_runner() -> None:
+    """.github/workflows/platforms.yml cannot run here (no GitHub runner); what can be checked is
+    that it stays in step with the tree: each OS installs with its installer and its options,
+    then doctor, a round alone, the screenshots and the fast tier."""
+    import yaml
+
+    flow = yaml.safe_load((REPO / ".github" / "workflows" / "platforms.yml").read_text())
+    unix, windows = flow["jobs"]["unix"], flow["jobs"]["windows"]
+    assert (
+        set(unix["strategy"]["matrix"]["os"]) == {"ubuntu-24.04", "macos-14"} and windows["runs-on"] == "windows-2022"
+    )
+    usage = subprocess.run([str(INSTALLER), "--help"], capture_output=True, text=True).stdout
+    ps1 = (REPO / "installer" / "install.ps1").read_text()
+    for job, options_known in ((unix, usage), (windows, ps1)):
+        runs = [step.get("run", "") for step in job["steps"]]
+        install = next(r for r in runs if "installer" in r)
+        for word in install.split():
+            if word.startswith("-") and word not in ("-ExecutionPolicy", "-File"):
+                assert word.lstrip("-").lower() in options_known.lower(), (word, "an option the installer lacks")
+        text = "\n".join(runs)
+        for must in ("doctor", "run --alone --rounds 1", "screenshots", "pytest"):
+            assert must in text, must
+    assert (REPO / "installer" / "install.sh").is_file() and (REPO / "app" / "screenshots.py").is_file()
