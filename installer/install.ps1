@@ -329,7 +329,9 @@ else {
 
 # 6. SAPO Swarm
 Start-Step "SAPO Swarm"
-$hash = (Get-FileHash -Algorithm SHA256 (Join-Path $Repo "pyproject.toml")).Hash.Substring(0, 16).ToLower()
+# what this step installs from: pyproject.toml and the pinned versions (constraints.txt)
+$Constraints = Join-Path $Repo "installer\constraints.txt"
+$hash = ((Get-FileHash -Algorithm SHA256 (Join-Path $Repo "pyproject.toml")).Hash.Substring(0, 8) + (Get-FileHash -Algorithm SHA256 $Constraints).Hash.Substring(0, 8)).ToLower()
 $extras = "none"
 if ($Test) { $extras = "test" }
 $prev = ""; if (Test-Path (Join-Path $State "project")) { $prev = Get-Content -Raw (Join-Path $State "project") }
@@ -339,7 +341,7 @@ if ((Test-Stamp "project" $ProjectStamp) -and (Test-Path (Join-Path $Venv "Scrip
 else {
   $target = if ($extras -eq "test") { "$Repo[test]" } else { $Repo }
   Step-Work "installing $target and its dependencies (editable)"
-  if ((Invoke-Pip @("-e", $target)) -ne 0) { Fail "could not install SAPO Swarm and its dependencies (see the log)" }
+  if ((Invoke-Pip @("-c", $Constraints, "-e", $target)) -ne 0) { Fail "could not install SAPO Swarm and its dependencies (see the log)" }
   Set-Stamp "project" $ProjectStamp
   Step-End "done" "sapo-swarm $(Get-VenvVersion 'sapo-swarm') from $Repo"
 }

@@ -531,7 +531,9 @@ fi
 
 # 6. SAPO Swarm (this clone, editable: a git pull updates it, a rerun updates its dependencies) --
 step "SAPO Swarm"
-PYPROJECT_HASH=$(vpy -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])' "$REPO/pyproject.toml")
+# what the project step installs from: pyproject.toml and the pinned versions (constraints.txt)
+CONSTRAINTS="$REPO/installer/constraints.txt"
+PYPROJECT_HASH=$(vpy -c 'import hashlib, sys; print(hashlib.sha256(b"".join(open(f, "rb").read() for f in sys.argv[1:])).hexdigest()[:16])' "$REPO/pyproject.toml" "$CONSTRAINTS")
 EXTRAS=none
 if [ "$ACTION" = test ]; then EXTRAS="test"; fi
 case "$(cat "$STATE/project" 2>/dev/null || true)" in *" extras=test "*) EXTRAS="test" ;; esac # extras only grow
@@ -556,7 +558,7 @@ else
   target=$REPO
   if [ "$EXTRAS" = test ]; then target="${REPO}[test]"; fi
   step_work "installing $target and its dependencies (editable)"
-  pip_install -e "$target" || die "could not install SAPO Swarm and its dependencies (see the log)"
+  pip_install -c "$CONSTRAINTS" -e "$target" || die "could not install SAPO Swarm and its dependencies (see the log)"
   stamp_set project "$PROJECT_STAMP"
   step_end "done" "sapo-swarm $(vpy_version sapo-swarm) from $REPO"
 fi

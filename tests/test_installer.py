@@ -274,3 +274,31 @@ def test_the_platforms_workflow_runs_what_exists_on_each_runner() -> None:
         for must in ("doctor", "run --alone --rounds 1", "screenshots", "pytest"):
             assert must in text, must
     assert (REPO / "installer" / "install.sh").is_file() and (REPO / "app" / "screenshots.py").is_file()
+
+
+def test_every_dependency_is_pinned_within_what_pyproject_allows() -> None:
+    """installer/constraints.txt pins each dependency (and the test extras) to one version that
+    pyproject.toml's range allows, so an install today is the install CI tested."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins: dict[str, str] = {}
+    for line in (REPO / "installer" / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version and name not in pins, f"not one exact pin: {line!r}"
+            pins[canonicalize_name(name)] = version
+    wanted = [*project["dependencies"], *(d for extra in project["optional-dependencies"].values() for d in extra)]
+    for text in wanted:
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        if name in ("torch", "llama-cpp-python", "sapo-swarm"):  # the installers pin these themselves
+            continue
+        if req.marker is not None and not req.marker.evaluate():
+            continue  # another Python's line (PySide6 has one per Python)
+        assert name in pins, f"{req.name} has no pin in installer/constraints.txt"
+        assert req.specifier.contains(pins[name], prereleases=True), (req.name, pins[name], str(req.specifier))
