@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -46,10 +47,12 @@ def test_tree_usage_counts_a_process_and_its_children():
 def test_a_short_soak_runs_a_real_node_beside_churning_peers(tmp_path):
     cmd = [sys.executable, "-m", "sapo_core.bench.cli", "soak", "--rounds", "4", "--peers", "3"]
     cmd += ["--churn-every", "5", "--threads", "1", "--out", str(tmp_path), "--seed", str(random.randrange(100))]
+    cmd += ["--pauses", "2"]  # the controls after warm-up (round 1) and after round 4
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("soak: 4 rounds in ") and "RSS " in last and "round time " in last, last
+    assert re.search(r", pause p95 [\d.]+ -> [\d.]+ s, throttle 50% -> \d+ / \d+%$", last), last  # start, end
     assert "processes left after stop: 0" in done.stdout
     rows = (tmp_path / "soak.csv").read_text().splitlines()
     assert rows[0].startswith("round,wall_s,round_s,rss_mb") and len(rows) == 5

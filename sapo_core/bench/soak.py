@@ -13,12 +13,16 @@ DHT windows (60 s) make the swarm's keys turn over sixty times an hour.
 After every round of the node: the RSS of the node's process tree (the worker and its p2p
 daemon; the worker alone too), its open files and threads, its p2pd processes, the run
 directory's size on disk (store and checkpoints), the round's time. Written to `soak.csv`.
+After warm-up and again after the last round, the app's controls on the soaking node, measured
+as `sapo-bench control` does (`--pauses` pauses, command to paused; one throttle pass at 75, 50
+and 25 %): whether pause and throttle keep their figures after days. Those rounds are not rows.
 
 Ends with one line: the slope of each per 100 rounds after warm-up (`--warmup` rounds, default a
 tenth) with its 95 % interval (ordinary least squares; successive rounds are correlated, so the
 interval is narrower than it should be: read it as a lower bound on the uncertainty), and the
 worst value:
-`soak: 1000 rounds in 1.1 h, RSS +1.8 MB/100 rounds (95% CI +0.9..+2.7), peak 1.21 GB, open files +0, ...`
+`soak: 1000 rounds in 1.1 h, RSS +1.8 MB/100 rounds (95% CI +0.9..+2.7), peak 1.21 GB, open files +0, ...,
+pause p95 0.41 -> 0.44 s, throttle 50% -> 52 / 51%` (the controls: after warm-up, then at the end)
 """
 
 from __future__ import annotations
@@ -63,6 +67,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="node threads (0: the node's own choice)")
     parser.add_argument("--out", default="", help="directory for soak.csv (default: a temporary one)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--pauses",
+        type=int,
+        default=5,
+        help="pauses timed after warm-up and again after the last round, each with one throttle pass at "
+        "75/50/25 %% (`sapo-bench control`'s measures; those rounds are not in the CSV); 0: none",
+    )
     parser.add_argument(
         "--from-csv", metavar="FILE", help="summarize an earlier run's soak.csv (one cut short, say) instead of running"
     )
@@ -268,10 +279,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         peers.start()
-        client.start(node_config(args, run_dir, swarm), rounds=args.rounds)
+        client.start(node_config(args, run_dir, swarm))  # runs until stopped: the probes take rounds too
         info = client.wait_for(lambda e: isinstance(e, P.NodeInfo), 900)
         print(f"node: {info.model_id}, sampler {info.sampler}, pid {client.pid}", flush=True)
         next_churn = time.monotonic() + args.churn_every
+        warmup = args.warmup or max(1, args.rounds // 10)
+        control: dict[str, dict[str, float]] = {}
         with open(out / "soak.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, FIELDS)
             writer.writeheader()
@@ -305,6 +318,9 @@ def run(args: argparse.Namespace) -> int:
                 if time.monotonic() >= next_churn:
                     peers.churn(args.churn)
                     next_churn = time.monotonic() + args.churn_every
+                if args.pauses and len(rows) in (warmup, args.rounds):
+                    when = "end" if len(rows) == args.rounds else "start"
+                    control[when] = control_probe(client, args.pauses, rng, ev.round)
     finally:
         client.stop(timeout=120)
         peers.close()
@@ -315,12 +331,33 @@ def run(args: argparse.Namespace) -> int:
     if len(rows) < 3:
         print(f"soak: only {len(rows)} rounds; nothing to fit")
         return 1
-    print(summary(rows, args.warmup or max(1, len(rows) // 10), hours, len(left), peers), flush=True)
+    print(summary(rows, args.warmup or max(1, len(rows) // 10), hours, len(left), peers, control), flush=True)
     return 0
 
 
-def summary(rows: list[dict[str, float]], warmup: int, hours: float, left: int, peers: LightPeers | None) -> str:
-    """The one summary line (`left` -1: not known); prints the details before it."""
+def control_probe(client, pauses: int, rng: random.Random, after: int) -> dict[str, float]:
+    """The app's controls on the soaking node, as `sapo-bench control` measures them: the p95
+    of `pauses` pauses (command to paused), and one throttle pass (75, 50, 25 %: each throttled
+    round's CPU rate over the unthrottled rounds beside it)."""
+    from sapo_core.bench.control import _measure_pauses, _measure_throttle, _percentile
+
+    print(f"controls, after round {after}:", flush=True)
+    times = [latency for _, latency, _ in _measure_pauses(client, pauses, rng)]
+    shares = _measure_throttle(client, 1)
+    client.set_throttle(1.0)
+    return {"pause_p95": _percentile(times, 0.95), **{f"throttle_{round(100 * k)}": v for k, v in shares.items()}}
+
+
+def summary(
+    rows: list[dict[str, float]],
+    warmup: int,
+    hours: float,
+    left: int,
+    peers: LightPeers | None,
+    control: dict[str, dict[str, float]] | None = None,
+) -> str:
+    """The one summary line (`left` -1: not known); prints the details before it. `control`:
+    the probes' figures after warm-up ("start") and at the end ("end"), where they ran."""
     kept = rows[warmup:] if len(rows) - warmup >= 3 else rows
     x = [r["round"] for r in kept]
 
@@ -346,7 +383,18 @@ def summary(rows: list[dict[str, float]], warmup: int, hours: float, left: int, 
         f"RSS {rss[0]:+.1f} MB/100 rounds (95% CI {rss[1]:+.1f}..{rss[2]:+.1f}), "
         f"peak {max(r['rss_mb'] for r in rows) / 1000:.2f} GB, open files {files:+.0f}, processes {procs:+.0f}, "
         f"disk {disk[0]:+.2f} MB/100 rounds, round time {rt[0]:+.2f} s/100 rounds (95% CI {rt[1]:+.2f}..{rt[2]:+.2f})"
+        + _control_words(control or {})
     )
+
+
+def _control_words(control: dict[str, dict[str, float]]) -> str:
+    """ ", pause p95 0.41 -> 0.44 s, throttle 50% -> 52 / 51%": the start's figure, then the end's."""
+    if not control:
+        return ""
+    runs = [control[k] for k in ("start", "end") if k in control]
+    pause = " -> ".join(f"{c['pause_p95']:.2f}" for c in runs)
+    throttle = " / ".join(f"{c['throttle_50']:.0f}" for c in runs)
+    return f", pause p95 {pause} s, throttle 50% -> {throttle}%"
 
 
 __all__ = ["configure", "run", "slope", "summary", "tree_usage"]
