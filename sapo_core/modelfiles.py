@@ -112,20 +112,11 @@ def verify_gguf(path: Path, entry: CatalogEntry, cache_dir: Path) -> None:
         )
     if not entry.sha256:
         return
-    db_path, db = _verified_db(cache_dir)
-    stamp = [st.st_size, st.st_mtime_ns, entry.sha256]
-    if db.get(str(real)) == stamp:
-        return
-    digest = _sha256(real)
+    digest = fingerprint(real, cache_dir)
     if digest != entry.sha256:
         raise ModelUnavailable(
             f"{path} has SHA-256 {digest}; the catalogue expects {entry.sha256} for {entry.filename}"
         )
-    db[str(real)] = stamp
-    try:
-        atomic_write_bytes(db_path, json.dumps(db, indent=1).encode("utf-8"))
-    except OSError:
-        pass  # an unwritable cache only costs re-hashing next time
 
 
 def file_stamp(path: Path) -> tuple[int, int]:
@@ -136,11 +127,12 @@ def file_stamp(path: Path) -> tuple[int, int]:
 
 def fingerprint(path: Path, cache_dir: Path | None = None) -> str:
     """The SHA-256 of a model file, hashed once per (size, modification time) and remembered in
-    the cache's verified.json: the identity of the base a run's adapter was trained on."""
+    the cache's verified.json (real path -> [size, mtime_ns, SHA-256]): what `verify_gguf`
+    compares with the catalogue, and the identity of the base a run's adapter was trained on."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     real = Path(os.path.realpath(path))
     db_path, db = _verified_db(cache_dir)
-    key, stamp = f"sha256:{real}", list(file_stamp(real))
+    key, stamp = str(real), list(file_stamp(real))
     known = db.get(key)
     if isinstance(known, list) and len(known) == 3 and known[:2] == stamp:
         return str(known[2])

@@ -40,7 +40,7 @@ import random
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -69,6 +69,14 @@ from sapo_core.trainer import Trainer, TrainSequence
 log = logging.getLogger(__name__)
 
 
+class BaseFile(NamedTuple):
+    """The model file a run trains on, as the node found it at its start."""
+
+    path: Path
+    stamp: tuple[int, int]  # size, modification time (modelfiles.file_stamp)
+    sha256: str
+
+
 class NodeError(RuntimeError):
     """The node cannot run; the message says what to change."""
 
@@ -94,7 +102,7 @@ class Node:
         self._evaluator = None
         self._identity = "alone"
         self.threads = 0  # the compute threads in use (set in setup)
-        self._base: tuple[Path, tuple[int, int], str] | None = None  # model file, its stamp, SHA-256
+        self._base: BaseFile | None = None  # the model file trained on (None: tiny-random)
         self._base_changed_said = False
 
     # --- start-up -----------------------------------------------------------------------
@@ -115,7 +123,7 @@ class Node:
             log.info(f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
         hf_cache, gguf, tokenizer_gguf = paths.cache_dir() / "hf", plan.gguf, plan.tokenizer_gguf
-        self._base = None if gguf is None else (gguf, file_stamp(gguf), fingerprint(gguf, paths.cache_dir()))
+        self._base = None if gguf is None else BaseFile(gguf, file_stamp(gguf), fingerprint(gguf, paths.cache_dir()))
         self.policy = load_policy(cfg.model, gguf, hf_cache, cfg.seed, tokenizer_gguf, plan.model_id)
         device = training_device(cfg.train.device)
         if device.value != "cpu":
@@ -177,10 +185,10 @@ class Node:
                 f"trains {self.policy.model_id} (rank {self.policy.lora_rank}). Use another --run-dir."
             )
         was = state.extra.get("base_sha256")
-        if was and self._base is not None and was != self._base[2]:
+        if was and self._base is not None and was != self._base.sha256:
             raise NodeError(
-                f"the model file {self._base[0]} changed since this run's last checkpoint (SHA-256 {was[:12]}… "
-                f"then, {self._base[2][:12]}… now): what was trained belongs to the file before. Put that "
+                f"the model file {self._base.path} changed since this run's last checkpoint (SHA-256 {was[:12]}… "
+                f"then, {self._base.sha256[:12]}… now): what was trained belongs to the file before. Put that "
                 f"file back to go on, or start a new run (another --run-dir; the app: Settings, Setup again)."
             )
         self.policy.load_trainable_state_dict(trainable)
@@ -423,7 +431,7 @@ class Node:
         p, receipts = self.policy, [list(x) for x in self._receipts]
         extra = dict(metrics=metrics, started=started, shape=dict(self.shape.__dict__), tasks=self.tasks.state_dict())
         if self._base is not None:
-            extra["base_sha256"] = self._base[2]
+            extra["base_sha256"] = self._base.sha256
             self._check_base_file()
         state = CheckpointState(r, p.model_id, p.lora_rank, p.version, extra={**extra, "receipts": receipts})
         self.checkpoints.save(state, p.trainable_state_dict(), self.trainer.state_dict())
@@ -432,7 +440,7 @@ class Node:
         """Say once if the model file changed on disk while the node runs. The node goes on with
         the model it loaded (in memory; the sampler's copy is its own); the next start compares
         the file with the checkpoint's record of it."""
-        path, stamp, _ = self._base
+        path, stamp = self._base.path, self._base.stamp
         try:
             now = file_stamp(path)
         except OSError:
