@@ -77,7 +77,7 @@ class Updater(QObject):
         self.where = where or updates.installation()
         self.context, self.keys = context, keys
         self.release: updates.Release | None = None
-        self.busy = False
+        self.checking = self.installing = False  # a check, a download and install, under way
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self._on_timer_timeout)
 
@@ -97,9 +97,9 @@ class Updater(QObject):
     def check_now(self) -> bool:
         """Start a check on a thread; False if there is no URL or one is under way."""
         url = str(self.settings.get("updates/url") or "").strip()
-        if not url or self.busy:
+        if not url or self.checking:
             return False
-        self.busy = True
+        self.checking = True
         threading.Thread(target=self._check, args=(url,), name="update-check", daemon=True).start()
         return True
 
@@ -110,7 +110,7 @@ class Updater(QObject):
             got = None
             self.checked.emit(f"update check failed: {e}")
         finally:
-            self.busy = False
+            self.checking = False
         if got is None:
             return
         for message in got.refused:
@@ -125,30 +125,34 @@ class Updater(QObject):
         self.found.emit(newer)
 
     def install_now(self) -> bool:
-        """Download and install the release found, on a thread; False if there is nothing to
-        install, one is under way, or the connection is metered (`done` says which)."""
-        package = self.package()
-        if package is None or self.busy:
+        """Download and install the release found, on a thread. False if one is under way (it
+        will say `done`), or if this one cannot start: nothing to install here, or a metered
+        connection (then `done` says why at once)."""
+        if self.installing:
+            return False
+        release, package = self.release, self.package()
+        if release is None or package is None:
+            self.done.emit(False, "There is no package of the release found for this copy.")
             return False
         if metered():
             self.done.emit(False, "The connection is metered: the update waits for another one.")
             return False
-        self.busy = True
-        threading.Thread(target=self._install, args=(package,), name="update-install", daemon=True).start()
+        self.installing = True
+        threading.Thread(target=self._install, args=(release, package), name="update-install", daemon=True).start()
         return True
 
-    def _install(self, package: updates.Package) -> None:
+    def _install(self, release: updates.Release, package: updates.Package) -> None:
         try:
             file = updates.download(
                 package, paths.cache_dir() / "updates", context=self.context, progress=self._progress
             )
-            said = updates.install(file, self.release, self.where)
+            said = updates.install(file, release, self.where)
             ok = True
         except updates.UpdateError as e:
             said, ok = str(e), False
         except Exception as e:  # noqa: BLE001 (whatever broke, the installed version stays)
             said, ok = f"the update failed ({e}); the installed version stays", False
-        self.busy = False
+        self.installing = False
         self.done.emit(ok, said[:1].upper() + said[1:] + ("." if not said.endswith(".") else ""))
 
     def _progress(self, got: int, total: int) -> None:

@@ -473,18 +473,14 @@ class MainWindow(QMainWindow):
 
     def _install_update(self) -> None:
         self.update_bar.waiting("Downloading and installing the update…")
-        if not self.updater.install_now() and not self.updater.busy:
-            self._after_update(False)
+        self.updater.install_now()  # `done` follows, whether it ran or could not start
 
     def _on_update_done(self, ok: bool, text: str) -> None:
         launcher = self.updater.launcher()
         self.update_bar.finished(ok, text, launcher is not None and launcher.exists())
         self.log_view.append(self.log.add("info" if ok else "warning", text))
-        self._after_update(ok)
-
-    def _after_update(self, ok: bool) -> None:
-        if self._start_after_update and not ok:  # the installed version stays: train on with it
-            self._start_after_update = False
+        start_again, self._start_after_update = self._start_after_update and not ok, False
+        if start_again:  # the installed version stays: train on with it
             QTimer.singleShot(0, self.start_node)
 
     def _on_update_restart_requested(self) -> None:

@@ -256,7 +256,7 @@ def _sha256(path: Path) -> str:
 LAUNCHER = "sapo-swarm"  # what a tarball's version folder must hold at its top
 
 
-def install(file: Path, release: Release, where: Installation, run: Callable[..., object] | None = None) -> str:
+def install(file: Path, release: Release, where: Installation) -> str:
     """Install a downloaded package; returns what happened, in a sentence. UpdateError leaves
     the installed version as it was."""
     if where.kind == "tarball" and where.root is not None:
@@ -265,14 +265,13 @@ def install(file: Path, release: Release, where: Installation, run: Callable[...
     if where.kind == "deb":
         import subprocess
 
-        run = run or subprocess.run
         cmd = ["pkexec", "apt-get", "install", "-y", str(file)]
         try:
-            done = run(cmd, capture_output=True, text=True, timeout=900)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except (OSError, subprocess.SubprocessError) as e:
             raise UpdateError(f"could not run {' '.join(cmd)} ({e}); the installed version stays") from None
-        if getattr(done, "returncode", 1) != 0:
-            said = (getattr(done, "stderr", "") or "").strip().splitlines()[-1:] or ["no reason given"]
+        if done.returncode != 0:
+            said = (done.stderr or "").strip().splitlines()[-1:] or ["no reason given"]
             raise UpdateError(f"the system's installer refused the package ({said[0]}); the installed version stays")
         return f"SAPO Swarm {release.version} is installed; it starts the next time the app starts"
     raise UpdateError(

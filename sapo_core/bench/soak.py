@@ -219,10 +219,11 @@ class LightPeers:
 
 
 def short_groups(tasks, round: int, rng: random.Random, n: int = 2, size: int = 4) -> list[Group]:
-    """n groups of `size` short completions, some right and some wrong (a group with signal),
-    that pass the node's checks: a model's long answers would cost the peers a model; random
-    filler words fail the node's likelihood floor, and the node would never train on a peer's
-    group, leaving the sharing path out of the soak."""
+    """n groups of `size` short completions, some right and some wrong (a group with signal).
+    Random filler words fail the node's likelihood floor at once; these one-line answers pass it
+    while the node still answers that way itself (its first ~20 rounds in the 2026-11-25 soak),
+    then are refused as unlikely. A model's own answers would pass longer but cost the peers a
+    model."""
     out = []
     for q in tasks.sample_questions(round, n):
         right = rng.randint(1, size - 1)
