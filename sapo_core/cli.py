@@ -30,7 +30,10 @@ COMMANDS: list[tuple[str, str, str]] = [
 
 
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
+    from sapo_core import __version__
+
     parser = argparse.ArgumentParser(prog="sapo-node", description="SAPO Swarm node")
+    parser.add_argument("--version", action="version", version=f"sapo-node {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in COMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -30,6 +30,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("floor", "likelihood of the embedded model's own completions vs injected links and garbage preambles"),
     ("probe", "the round-time estimate from this machine's probe against a real round of the embedded model"),
     ("soak", "a node over N rounds beside churning light peers: RSS, files, processes, disk, round time"),
+    ("package", "the packaged app in a clean Debian root: install time, doctor, a first round, the window"),
 ]
 
 

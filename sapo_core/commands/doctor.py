@@ -499,7 +499,40 @@ def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
         futures = {name: pool.submit(fn) for name, fn in probes.items() if name in want}
         for name, future in futures.items():
             results[name] = future.result()
-    return [results[n] for n in CHECK_NAMES if n in results]
+    checks = [results[n] for n in CHECK_NAMES if n in results]
+    return [packaged_fix(c) for c in checks] if getattr(sys, "frozen", False) else checks
+
+
+# In a package (PyInstaller sets sys.frozen) there is no pip and no installer script: Python,
+# torch, llama.cpp, p2pd and the model all came in the package, so the fix is the package again.
+PACKAGE_FIX = (
+    "the package is damaged or incomplete: reinstall it (sudo apt install --reinstall sapo-swarm, or "
+    "unpack the tarball again); your runs are kept"
+)
+PACKAGED_PARTS = ("python", "torch", "llama.cpp", "dht", "model", "qt")
+
+
+def packaged_fix(check: Check) -> Check:
+    """A failed check's fix as a packaged build's user can follow it. The package's llama.cpp is
+    built for CPUs with AVX2; on one without, only a source install (built for it) runs."""
+    if check.status == "ok" or check.name not in PACKAGED_PARTS:
+        return check
+    fix = PACKAGE_FIX
+    if check.name == "llama.cpp" and "avx2" not in cpu_flags():
+        fix = (
+            "this CPU has no AVX2, which the package's llama.cpp needs: install from source instead "
+            f"({INSTALLER} builds llama.cpp for this CPU)"
+        )
+    return dataclasses.replace(check, fix=fix)
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"avx2"}  # not Linux: cannot tell, so do not blame the CPU
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
 
 
 def _display_check(timeout: float) -> Callable[[], Check]:
