@@ -90,7 +90,7 @@ class Updater(QObject):
 
     def package(self) -> updates.Package | None:
         """The package for this installation of the release found, if it can install one."""
-        if self.release is None or self.where.kind == "source":
+        if self.release is None or self.where.kind in ("source", "unpacked"):
             return None
         return self.release.packages.get(self.where.platform)
 

@@ -125,14 +125,15 @@ def is_newer(version: str, than: str = __version__) -> bool:
 
 @dataclass(frozen=True)
 class Installation:
-    kind: str  # "tarball", "deb" or "source"
+    kind: str  # "tarball", "deb", "unpacked" (a package unpacked by hand) or "source"
     platform: str  # the package platform it takes ("" for source)
     root: Path | None = None  # tarball: the folder holding versions/ and current
 
 
 def installation(executable: str | None = None, frozen: bool | None = None) -> Installation:
     """How this copy was installed: a packaged build (PyInstaller sets `sys.frozen`) under
-    `ROOT/versions/V/` is a tarball install, one under /opt/sapo-swarm the .deb's; else source."""
+    `ROOT/versions/V/` is a tarball install, one under /opt/sapo-swarm the .deb's, any other one
+    a tarball unpacked by hand; else source."""
     frozen = getattr(sys, "frozen", False) if frozen is None else frozen
     if not frozen:
         return Installation("source", "")
@@ -142,7 +143,7 @@ def installation(executable: str | None = None, frozen: bool | None = None) -> I
     for parent in exe.parents:
         if parent.parent.name == "versions":
             return Installation("tarball", "linux-x86_64-tar", parent.parent.parent)
-    return Installation("source", "")  # a build run from where it was built
+    return Installation("unpacked", "")  # a tarball unpacked by hand, or a build where it was built
 
 
 # --- checking ------------------------------------------------------------------------------
@@ -274,6 +275,11 @@ def install(file: Path, release: Release, where: Installation) -> str:
             said = (done.stderr or "").strip().splitlines()[-1:] or ["no reason given"]
             raise UpdateError(f"the system's installer refused the package ({said[0]}); the installed version stays")
         return f"SAPO Swarm {release.version} is installed; it starts the next time the app starts"
+    if where.kind == "unpacked":
+        raise UpdateError(
+            "this copy was unpacked by hand and is not updated in place: download the new package from the "
+            "project's page (the .deb updates itself)"
+        )
     raise UpdateError(
         "this copy runs from its source folder and is not updated in place: there, run "
         "`git pull && ./installer/install.sh`, or install the package from the project's page"

@@ -157,7 +157,9 @@ def test_three_installs_keep_the_running_version_and_the_one_before(tmp_path):
 def test_where_this_copy_came_from_decides_how_it_updates(tmp_path):
     assert updates.installation(frozen=False).kind == "source"
     assert updates.installation("/opt/sapo-swarm/bin/sapo-swarm", frozen=True).kind == "deb"
-    assert updates.installation(str(tmp_path / "build/sapo-swarm"), frozen=True).kind == "source"
+    assert updates.installation(str(tmp_path / "build/sapo-swarm"), frozen=True).kind == "unpacked"
     release = updates.Release("9.9.0", "")
     with pytest.raises(updates.UpdateError, match="git pull"):
         updates.install(tmp_path / "x", release, updates.Installation("source", ""))
+    with pytest.raises(updates.UpdateError, match="unpacked by hand"):
+        updates.install(tmp_path / "x", release, updates.Installation("unpacked", ""))
