@@ -52,12 +52,16 @@ def test_a_short_soak_runs_a_real_node_beside_churning_peers(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("soak: 4 rounds in ") and "RSS " in last and "round time " in last, last
-    assert re.search(r", pause p95 [\d.]+ -> [\d.]+ s, throttle 50% -> \d+ / \d+%$", last), last  # start, end
+    assert re.search(r", pause p95 [\d.]+ -> [\d.]+ s, throttle 50% -> \d+ / \d+%, ", last), last  # start, end
+    # the app's window followed the node in its own process (appwatch.py): its RSS and redraw time
+    assert re.search(r", app RSS \d+ -> \d+ MB, redraw p95 [\d.]+ -> [\d.]+ ms$", last), last
     assert "processes left after stop: 0" in done.stdout
     rows = (tmp_path / "soak.csv").read_text().splitlines()
     assert rows[0].startswith("round,wall_s,round_s,rss_mb") and len(rows) == 5
     first = dict(zip(rows[0].split(","), rows[1].split(",")))
     assert float(first["rss_mb"]) > 300 and int(float(first["p2pd"])) == 1 and float(first["disk_mb"]) > 0
+    final = dict(zip(rows[0].split(","), rows[-1].split(",")))
+    assert 50 < float(final["app_rss_mb"]) < 1000 and 0 < float(final["app_redraw_ms"]) < 10_000
 
 
 def test_the_summary_of_a_csv_names_each_slope_and_the_worst(tmp_path, capsys):
@@ -73,3 +77,18 @@ def test_the_summary_of_a_csv_names_each_slope_and_the_worst(tmp_path, capsys):
     assert line.startswith("soak: 100 rounds in 1.00 h, RSS +200.0 MB/100 rounds (95% CI +200.0..+200.0)"), line
     assert "peak 2.50 GB" in line and "disk +1.00 MB/100 rounds" in line and "round time +0.00 s/100" in line
     assert "store +1.0 kB a round" in capsys.readouterr().out
+    assert "app RSS" not in line  # a CSV from before the window was followed
+
+
+def test_the_summary_compares_the_windows_first_and_last_tenth(tmp_path):
+    from sapo_core.bench.soak import FIELDS, from_csv
+
+    path = tmp_path / "soak.csv"
+    with open(path, "w") as f:
+        f.write(",".join(FIELDS) + "\n")
+        for r in range(1, 111):  # after 10 warm-up rounds, 100 rounds: tenths are rounds 11-20 and 101-110
+            app_rss = 180 + 0.1 * r  # median of 11..20: 181.55; of 101..110: 190.55
+            redraw = 5.0 + (r % 10) / 10 + (2.0 if r > 100 else 0.0)  # p95 of each tenth: its largest
+            f.write(f"{r},{r * 36.0},5.0,2000,1500,37,26,1,100,0.1,6,0,{app_rss},{redraw}\n")
+    line = from_csv(str(path), warmup=10)
+    assert line.endswith(", app RSS 182 -> 191 MB, redraw p95 5.9 -> 7.9 ms"), line

@@ -16,13 +16,17 @@ directory's size on disk (store and checkpoints), the round's time. Written to `
 After warm-up and again after the last round, the app's controls on the soaking node, measured
 as `sapo-bench control` does (`--pauses` pauses, command to paused; one throttle pass at 75, 50
 and 25 %): whether pause and throttle keep their figures after days. Those rounds are not rows.
+With `--app` (the default) the desktop app's window follows the node offscreen in a process of
+its own (`appwatch.py`: each round as the app's round event, then the dashboard's redraw), and
+each row has the window's RSS and its latest redraw's CPU time.
 
 Ends with one line: the slope of each per 100 rounds after warm-up (`--warmup` rounds, default a
 tenth) with its 95 % interval (ordinary least squares; successive rounds are correlated, so the
 interval is narrower than it should be: read it as a lower bound on the uncertainty), and the
 worst value:
 `soak: 1000 rounds in 1.1 h, RSS +1.8 MB/100 rounds (95% CI +0.9..+2.7), peak 1.21 GB, open files +0, ...,
-pause p95 0.41 -> 0.44 s, throttle 50% -> 52 / 51%` (the controls: after warm-up, then at the end)
+pause p95 0.41 -> 0.44 s, throttle 50% -> 52 / 51%, app RSS 190 -> 196 MB, redraw p95 7.1 -> 7.9 ms`
+(the controls and the window: after warm-up, then at the end)
 """
 
 from __future__ import annotations
@@ -30,9 +34,12 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import math
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -54,6 +61,8 @@ FIELDS = [
     "store_mb",
     "peers_live",
     "external_groups",
+    "app_rss_mb",
+    "app_redraw_ms",
 ]
 
 
@@ -73,6 +82,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=5,
         help="pauses timed after warm-up and again after the last round, each with one throttle pass at "
         "75/50/25 %% (`sapo-bench control`'s measures; those rounds are not in the CSV); 0: none",
+    )
+    parser.add_argument(
+        "--app",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="follow the node with the app's window offscreen in its own process (sapo_core/bench/appwatch.py): "
+        "its RSS and redraw time per round",
     )
     parser.add_argument(
         "--from-csv", metavar="FILE", help="summarize an earlier run's soak.csv (one cut short, say) instead of running"
@@ -238,7 +254,7 @@ def short_groups(tasks, round: int, rng: random.Random, n: int = 2, size: int = 
 def from_csv(path: str, warmup: int) -> str:
     """The summary line of a soak.csv (its churn counts and leftover processes are not in it)."""
     with open(path, newline="") as f:
-        rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        rows = [{k: float(v) if v not in ("", None) else math.nan for k, v in r.items()} for r in csv.DictReader(f)]
     if len(rows) < 3:
         raise SystemExit(f"{path}: {len(rows)} rounds, nothing to fit")
     hours = rows[-1]["wall_s"] / 3600
@@ -277,12 +293,15 @@ def run(args: argparse.Namespace) -> int:
     client = NodeClient(heartbeat_timeout=600)
     rows: list[dict[str, float]] = []
     tree: set[int] = set()  # every process of the node's tree seen: none may outlive its stop
+    window: AppWatch | None = None
     started = time.monotonic()
     try:
         peers.start()
         client.start(node_config(args, run_dir, swarm))  # runs until stopped: the probes take rounds too
         info = client.wait_for(lambda e: isinstance(e, P.NodeInfo), 900)
         print(f"node: {info.model_id}, sampler {info.sampler}, pid {client.pid}", flush=True)
+        if args.app:
+            window = AppWatch(run_dir / "rounds.sqlite")
         next_churn = time.monotonic() + args.churn_every
         warmup = args.warmup or max(1, args.rounds // 10)
         control: dict[str, dict[str, float]] = {}
@@ -304,6 +323,8 @@ def run(args: argparse.Namespace) -> int:
                     "store_mb": round(disk_mb(run_dir, "rounds.sqlite"), 4),  # with its journal
                     "peers_live": len(peers.live),
                     "external_groups": ev.metrics.get("groups/external", 0),
+                    "app_rss_mb": window.latest.get("rss_mb", math.nan) if window else math.nan,
+                    "app_redraw_ms": window.latest.get("redraw_cpu_ms", math.nan) if window else math.nan,
                 }
                 rows.append(row)
                 writer.writerow(row)
@@ -325,6 +346,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         client.stop(timeout=120)
         peers.close()
+        if window is not None:
+            window.close()
         hours = (time.monotonic() - started) / 3600
     time.sleep(2)
     left = [pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
@@ -334,6 +357,37 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(summary(rows, args.warmup or max(1, len(rows) // 10), hours, len(left), peers, control), flush=True)
     return 0
+
+
+class AppWatch:
+    """The app's window following the node in its own process (appwatch.py); `latest` is its
+    last report (round, rss_mb, redraw_cpu_ms, redraw_wall_ms)."""
+
+    def __init__(self, store: Path) -> None:
+        self.latest: dict[str, float] = {}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sapo_core.bench.appwatch", str(store)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.thread = threading.Thread(target=self._read, name="appwatch", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self.latest = json.loads(line)
+            except ValueError:
+                continue
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # it stops when its stdin closes
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
 
 
 def control_probe(client, pauses: int, rng: random.Random, after: int) -> dict[str, float]:
@@ -385,7 +439,26 @@ def summary(
         f"peak {max(r['rss_mb'] for r in rows) / 1000:.2f} GB, open files {files:+.0f}, processes {procs:+.0f}, "
         f"disk {disk[0]:+.2f} MB/100 rounds, round time {rt[0]:+.2f} s/100 rounds (95% CI {rt[1]:+.2f}..{rt[2]:+.2f})"
         + _control_words(control or {})
+        + _app_words(kept)
     )
+
+
+def _app_words(kept: list[dict[str, float]]) -> str:
+    """ ", app RSS 190 -> 196 MB, redraw p95 7.1 -> 7.9 ms": the window's median RSS and its
+    redraw p95 over the first and the last tenth of the rounds after warm-up."""
+    seen = [r for r in kept if not math.isnan(r.get("app_rss_mb", math.nan))]
+    if len(seen) < 2:
+        return ""
+    n = max(1, len(seen) // 10)
+    ends = (seen[:n], seen[-n:])
+    rss = [statistics.median(r["app_rss_mb"] for r in part) for part in ends]
+    p95 = [_p95([r["app_redraw_ms"] for r in part]) for part in ends]
+    return f", app RSS {rss[0]:.0f} -> {rss[1]:.0f} MB, redraw p95 {p95[0]:.1f} -> {p95[1]:.1f} ms"
+
+
+def _p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
 
 
 def _control_words(control: dict[str, dict[str, float]]) -> str:
