@@ -92,3 +92,20 @@ def test_the_summary_compares_the_windows_first_and_last_tenth(tmp_path):
             f.write(f"{r},{r * 36.0},5.0,2000,1500,37,26,1,100,0.1,6,0,{app_rss},{redraw}\n")
     line = from_csv(str(path), warmup=10)
     assert line.endswith(", app RSS 182 -> 191 MB, redraw p95 5.9 -> 7.9 ms"), line
+
+
+def test_peers_echo_the_nodes_groups_without_its_ids_and_logprobs():
+    from sapo_core.bench.soak import echo
+    from sapo_core.rollouts import Completion, Group, Question, QuestionId
+
+    q = Question(QuestionId("basic_arithmetic", "ab12", 0, 3), "What is 2 + 3?", "5")
+    node = Group(q, [Completion("2 + 3 = 5.\nAnswer: 5", [1, 2], [-0.1, -0.2], True, 1.0), Completion("Answer: 6")])
+    node.source, node.round, node.index = "QmNode", 7, 1
+    peer = Group(q, [Completion("Answer: 5", reward=1.0)], source="QmPeer")
+    (got,) = echo([node, peer], {"QmPeer"})
+    assert got.question is q and got.source == "local" and (got.round, got.index) == (0, 0)
+    assert [(c.text, c.reward, c.finished) for c in got.completions] == [
+        ("2 + 3 = 5.\nAnswer: 5", 1.0, True),
+        ("Answer: 6", 0.0, True),
+    ]
+    assert all(c.token_ids is None and c.sample_logprobs is None for c in got.completions)

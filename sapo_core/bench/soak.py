@@ -6,8 +6,10 @@ embedded model, small rounds so a thousand are affordable: I=2 own and J=2 peers
 G=4, at most 32 new tokens, a small held-out evaluation every 100 rounds), in a swarm on
 loopback with P light peers in this process (the swarm bench's: own identity, p2pd, DHT,
 verifier; no model). The peers publish records and gather (the node's records too) every few
-seconds; every `--churn-every` seconds a share of them leaves (closed) and the ones that left the
-time before come back with the same identity, so the node's peer table keeps changing. Short
+seconds; what they publish is the node's own groups they gathered, echoed as theirs (model text,
+so the node trains on peers' groups all along), and short made-up answers until they have some;
+every `--churn-every` seconds a share of them leaves (closed) and the ones that left the time
+before come back with the same identity, so the node's peer table keeps changing. Short
 DHT windows (60 s) make the swarm's keys turn over sixty times an hour.
 
 After every round of the node: the RSS of the node's process tree (the worker and its p2p
@@ -32,6 +34,7 @@ pause p95 0.41 -> 0.44 s, throttle 50% -> 52 / 51%, app RSS 190 -> 196 MB, redra
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import dataclasses
 import json
@@ -193,6 +196,9 @@ class LightPeers:
         self.round = 0
         self.churns = 0
         self.errors = 0
+        # the node's groups the peers gathered, republished as their own (echo): model text
+        self.echo: collections.deque[Group] = collections.deque(maxlen=64)
+        self.echoed = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="soak-peers", daemon=True)
@@ -205,10 +211,13 @@ class LightPeers:
             self.round += 1
             with self._lock:
                 peers = list(self.live.items())
+            ours = {p.node_id for _, p in peers}
             for k, p in peers:
                 try:
-                    p.publish(self.round, short_groups(self.own[k], self.round, self.rng))
-                    p.gather(self.round, 2, random.Random(self.rng.random()))
+                    mine = [self.echo.popleft() for _ in range(min(2, len(self.echo)))]
+                    p.publish(self.round, mine or short_groups(self.own[k], self.round, self.rng))
+                    self.echoed += len(mine)
+                    self.echo.extend(echo(p.gather(self.round, 2, random.Random(self.rng.random())), ours))
                 except Exception:  # a peer that closed under us: churn, not a failure of the node
                     self.errors += 1
 
@@ -234,12 +243,23 @@ class LightPeers:
             self.live.clear()
 
 
+def echo(gathered: list[Group], ours: set[str]) -> list[Group]:
+    """The node's groups among those a peer gathered, as the peer republishes them: the model's
+    own text (which the node's likelihood floor takes as it takes its own), the rewards the peer
+    scored; our token ids and the sampler's log-probs left out, as another tokenizer's peer would."""
+    return [
+        Group(g.question, [Completion(text=c.text, finished=c.finished, reward=c.reward) for c in g.completions])
+        for g in gathered
+        if g.source not in ours
+    ]
+
+
 def short_groups(tasks, round: int, rng: random.Random, n: int = 2, size: int = 4) -> list[Group]:
     """n groups of `size` short completions, some right and some wrong (a group with signal).
     Random filler words fail the node's likelihood floor at once; these one-line answers pass it
     while the node still answers that way itself (its first ~20 rounds in the 2026-11-25 soak),
-    then are refused as unlikely. A model's own answers would pass longer but cost the peers a
-    model."""
+    then are refused as unlikely. So a peer publishes these only until it has gathered the node's
+    own groups to echo (`echo`)."""
     out = []
     for q in tasks.sample_questions(round, n):
         right = rng.randint(1, size - 1)
@@ -430,7 +450,11 @@ def summary(
         f"{kept[0]['threads']:.0f} -> {kept[-1]['threads']:.0f} (max {max(r['threads'] for r in rows):.0f}); "
         f"open files max {max(r['open_files'] for r in rows):.0f}; p2pd max {max(r['p2pd'] for r in rows):.0f}; "
         f"peers' groups trained on {statistics.fmean(r['external_groups'] for r in rows):.2f} a round; "
-        + (f"{peers.churns} churns, {peers.errors} peer errors; " if peers is not None else "")
+        + (
+            f"{peers.churns} churns, {peers.errors} peer errors, {peers.echoed} of the node's groups echoed; "
+            if peers is not None
+            else ""
+        )
         + (f"processes left after stop: {left}" if left >= 0 else "")
     )
     return (
