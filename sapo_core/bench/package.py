@@ -122,6 +122,17 @@ def base_root(suite: str, cache: Path) -> Path:
     return tar
 
 
+def round_seconds(output: str, n: int) -> float:
+    """The seconds `sapo-node run` printed at the end of its line for round n (0: not found)."""
+    found = re.search(rf"^round\s+{n}\s.*?\s(\d+(?:\.\d+)?) s\s*$", output, re.MULTILINE | re.DOTALL)
+    return float(found.group(1)) if found else 0.0  # the line may wrap: the first "N s" ending a line
+
+
+def _no_compiler(root: Root) -> str:
+    found = root.run(" || ".join(f"command -v {c}" for c in (*COMPILERS, "cpp")))
+    return "ok" if found.returncode != 0 else f"the root has {found.stdout.strip()}"
+
+
 def _tail(done: subprocess.CompletedProcess, lines: int = 3) -> str:
     text = ((done.stdout or "") + (done.stderr or "")).strip().splitlines()
     return " | ".join(text[-lines:]) or f"exit {done.returncode}"
@@ -138,8 +149,7 @@ def check_package(deb: Path, tarball: Path | None, base: Path, keep: Path | None
         shutil.copyfile(deb, path / "tmp" / deb.name)
         with Root(path) as root:
             steps = report.steps
-            found = root.run(" || ".join(f"command -v {c}" for c in COMPILERS))
-            steps["no compiler"] = "ok" if found.returncode != 0 else f"the root has {found.stdout.strip()}"
+            steps["no compiler"] = _no_compiler(root)
             root.run(f"useradd --create-home --uid {UID} --shell /bin/sh {USER}")
             root.run("apt-get update -qq")
             start = time.monotonic()
@@ -148,6 +158,7 @@ def check_package(deb: Path, tarball: Path | None, base: Path, keep: Path | None
             steps["install"] = "ok" if done.returncode == 0 else _tail(done)
             if done.returncode != 0:
                 return report
+            steps["no compiler after it"] = _no_compiler(root)  # nor did the package's dependencies bring one
             gone = root.run("for c in sapo-swarm sapo-node; do command -v $c >/dev/null || echo $c; done")
             steps["commands on PATH"] = "ok" if not gone.stdout.strip() else f"missing: {gone.stdout.split()}"
             menu = (path / "usr/share/applications/sapo-swarm.desktop").read_text()
@@ -155,11 +166,10 @@ def check_package(deb: Path, tarball: Path | None, base: Path, keep: Path | None
             done = root.run("sapo-node doctor", user=True, timeout=600)
             steps["doctor"] = "ok" if done.returncode == 0 else _tail(done, 6)
             start = time.monotonic()
-            done = root.run("sapo-node run --alone --rounds 1", user=True, timeout=1800)
+            done = root.run("sapo-node run --alone --rounds 1", user=True, timeout=1800, env={"COLUMNS": "200"})
             report.first_round_s = time.monotonic() - start
             steps["first round"] = "ok" if done.returncode == 0 else _tail(done)
-            said = re.findall(r"round 1\b.*?(\d+) s\s*$", done.stdout, re.MULTILINE)
-            report.round_s = float(said[-1]) if said else 0.0
+            report.round_s = round_seconds(done.stdout, 1)
             root.run("apt-get install -y -q --no-install-recommends xvfb xauth")
             done = root.run(
                 "xvfb-run -a -s '-screen 0 1280x900x24' sapo-swarm --screenshots shots --demo && ls shots", user=True
