@@ -162,6 +162,15 @@ def test_the_platforms_workflow_builds_the_package_from_the_spec() -> None:
             assert word in usage, (word, "an option package.sh lacks")
     for must in ("-m sapo_core.cli doctor", "-m sapo_core.cli run --alone --rounds 1", "--screenshots"):
         assert must in text, must
+    # Windows: the installer wraps the folder (Inno Setup), and its commands are the spec's two executables
+    windows = next(row for row in job["strategy"]["matrix"]["include"] if row["os"] == "windows-2022")
+    assert windows["exe"].endswith("sapo-node.exe") and windows["app"].endswith("sapo-swarm.exe")
+    assert (
+        "installer\\\\windows\\\\sapo-swarm.iss" in text
+        and (REPO / "installer" / "windows" / "sapo-swarm.iss").is_file()
+    )
+    spec = SPEC.read_text()
+    assert 'executable("sapo-node", console=True)' in spec and 'executable("sapo-swarm", console=' in spec
 
 
 def test_the_rounds_own_seconds_are_read_from_the_nodes_output() -> None:
