@@ -13,7 +13,8 @@
 #   2 llama-cpp-python built once for any x86-64 CPU with AVX2 (x86-64-v3: Intel since 2013,
 #     AMD since 2015), never for this CPU only, kept in WORK/wheels;
 #   3 PyInstaller (installer/sapo-swarm.spec) makes the folder; its commands must answer;
-#   4 the tarball (one top folder; runs from wherever it is unpacked) and the .deb (/opt/sapo-swarm,
+#   4 the tarball (one top folder; runs from wherever it is unpacked, or install-user.sh installs
+#     it for the user in the updater's layout) and the .deb (/opt/sapo-swarm,
 #     commands in /usr/bin, a menu entry with the sapo:// handler, the system libraries Qt's
 #     window needs as dependencies).
 # A build takes ~15 minutes on 2 cores the first time (llama.cpp: ~6), ~5 after.
@@ -36,7 +37,7 @@ DEB_DEPENDS="libc6 (>= 2.28), libgl1, libegl1, libfontconfig1, libfreetype6, lib
  libxcb-randr0, libxcb-render0, libxcb-render-util0, libxcb-shape0, libxcb-shm0, libxcb-sync1,
  libxcb-xfixes0, libxcb-xinerama0, libxcb-xkb1, libxkbcommon0, libxkbcommon-x11-0, libxrender1"
 
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { printf 'package.sh: %s\n' "$*" >&2; exit 1; }
 say() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
 
@@ -112,6 +113,9 @@ rm -rf "$STAGE"
 mkdir -p "$STAGE"
 cp -a "$BUNDLE" "$STAGE/$NAME"
 install -m 644 "$REPO/resources/sapo-swarm.svg" "$STAGE/$NAME/sapo-swarm.svg"
+# a user's install without root, into the layout the updater keeps (install-user.sh)
+install -m 755 "$REPO/installer/install-user.sh" "$STAGE/$NAME/install-user.sh"
+install -m 644 "$REPO/resources/sapo-swarm.desktop" "$STAGE/$NAME/sapo-swarm.desktop"
 TARBALL="$OUT/$NAME.tar.gz"
 say "tarball: $TARBALL"
 tar -C "$STAGE" --owner=0 --group=0 --numeric-owner -cf - "$NAME" | gzip -6 >"$TARBALL.part"
@@ -123,6 +127,7 @@ ROOT="$STAGE/deb"
 mkdir -p "$ROOT/DEBIAN" "$ROOT/opt" "$ROOT/usr/bin" "$ROOT/usr/share/applications" \
   "$ROOT/usr/share/icons/hicolor/scalable/apps"
 mv "$STAGE/$NAME" "$ROOT/opt/sapo-swarm"
+rm "$ROOT/opt/sapo-swarm/install-user.sh" "$ROOT/opt/sapo-swarm/sapo-swarm.desktop" # the .deb has its own
 for cmd in sapo-swarm sapo-node sapo-bench sapo-experiment; do ln -s "/opt/sapo-swarm/$cmd" "$ROOT/usr/bin/$cmd"; done
 grep -v '^#' "$REPO/resources/sapo-swarm.desktop" | sed -e 's|@EXEC@|/usr/bin/sapo-swarm|' -e 's|@ICON@|sapo-swarm|' \
   >"$ROOT/usr/share/applications/sapo-swarm.desktop"

@@ -184,3 +184,45 @@ def test_the_rounds_own_seconds_are_read_from_the_nodes_output() -> None:
     assert bench.round_seconds(said, 1) == 11.0
     assert bench.round_seconds(said.replace("\nloss", " loss"), 1) == 11.0  # on one line where it is wide enough
     assert bench.round_seconds(said, 2) == 0.0
+
+
+def test_install_user_puts_the_tarball_where_the_updater_keeps_versions(tmp_path: Path) -> None:
+    """installer/install-user.sh on an unpacked folder. The folder is a stand-in (its sapo-swarm
+    is a shell script answering --version): the real one runs in `sapo-bench package`."""
+    from sapo_core import updates
+
+    unpacked = tmp_path / "Downloads" / "sapo-swarm-0.1.0-linux-x86_64"
+    unpacked.mkdir(parents=True)
+    launcher = unpacked / "sapo-swarm"
+    launcher.write_text('#!/bin/sh\n[ "$*" = "-m sapo_core.cli --version" ] && echo "sapo-node 0.1.0"\n')
+    launcher.chmod(0o755)
+    (unpacked / "sapo-node").symlink_to("sapo-swarm")
+    for name, source in (
+        ("install-user.sh", "installer/install-user.sh"),
+        ("sapo-swarm.desktop", "resources/sapo-swarm.desktop"),
+        ("sapo-swarm.svg", "resources/sapo-swarm.svg"),
+    ):
+        (unpacked / name).write_bytes((REPO / source).read_bytes())
+    (unpacked / "install-user.sh").chmod(0o755)
+    home = tmp_path / "home"
+    runs = home / ".local" / "share" / "sapo-swarm" / "runs" / "default"
+    runs.mkdir(parents=True)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    for _ in range(2):  # a second run changes nothing but says the same
+        done = subprocess.run([str(unpacked / "install-user.sh")], capture_output=True, text=True, env=env)
+        assert done.returncode == 0 and "SAPO Swarm 0.1.0 is installed" in done.stdout, done.stderr
+    root = home / ".local" / "share" / "sapo-swarm" / "app"
+    assert os.readlink(root / "current") == "versions/0.1.0" and (root / "versions" / "0.1.0" / "sapo-swarm").is_file()
+    node = home / ".local" / "bin" / "sapo-node"
+    assert (
+        subprocess.run([str(node), "-m", "sapo_core.cli", "--version"], capture_output=True, text=True).stdout
+        == "sapo-node 0.1.0\n"
+    )
+    where = updates.installation(os.path.realpath(node), frozen=True)
+    assert where == updates.Installation("tarball", "linux-x86_64-tar", root)  # so it updates itself
+    entry = (home / ".local" / "share" / "applications" / "sapo-swarm.desktop").read_text()
+    assert f"Exec={root}/current/sapo-swarm %u" in entry and "x-scheme-handler/sapo" in entry and "@" not in entry
+    done = subprocess.run([str(unpacked / "install-user.sh"), "--uninstall"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and not root.exists() and not node.is_symlink() and runs.is_dir()
+    bad = subprocess.run([str(unpacked / "install-user.sh"), "--frob"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and "unknown option --frob" in bad.stderr

@@ -11,7 +11,8 @@ as a tar after the first run), does what a new user does:
 4. `sapo-swarm --screenshots DIR` on an X display (Xvfb, installed after the package so it
    cannot supply a library the package forgot): Qt's xcb window, not the offscreen one; and
    doctor's display check there;
-5. the tarball, unpacked into the user's home, answers from there;
+5. the tarball, unpacked into the user's home, answers from there, and its install-user.sh
+   installs it (no root) in the layout the updater keeps, then removes it;
 6. `apt-get remove sapo-swarm`: the commands are gone, the user's runs stay.
 
 Needs root (chroot, mounts). Ends with one line: package sizes, install time (goal <= 120 s on
@@ -186,6 +187,13 @@ def check_package(deb: Path, tarball: Path | None, base: Path, keep: Path | None
                     user=True,
                 )
                 steps["tarball"] = "ok" if done.returncode == 0 and "sapo-node" in done.stdout else _tail(done)
+                done = root.run(
+                    "./elsewhere/*/install-user.sh && ~/.local/bin/sapo-node --version && "
+                    "readlink ~/.local/share/sapo-swarm/app/current && ./elsewhere/*/install-user.sh --uninstall",
+                    user=True,
+                )
+                ok = done.returncode == 0 and "versions/" in done.stdout and "sapo-node " in done.stdout
+                steps["tarball, installed for the user"] = "ok" if ok else _tail(done)
             runs = path / "home" / USER / ".local" / "share" / "sapo-swarm"
             done = root.run("apt-get remove -y -q sapo-swarm")
             left = [p for p in ("opt/sapo-swarm", "usr/bin/sapo-node", "usr/bin/sapo-swarm") if (path / p).exists()]
