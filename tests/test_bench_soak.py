@@ -53,7 +53,7 @@ def test_a_short_soak_runs_a_real_node_beside_churning_peers(tmp_path):
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("soak: 4 rounds in ") and "RSS " in last and "round time " in last, last
     assert re.search(r", pause p95 [\d.]+ -> [\d.]+ s, throttle 50% -> \d+ / \d+%, ", last), last  # start, end
-    # the app's window followed the node in its own process (appwatch.py): its RSS and redraw time
+    # the app's window followed the node in its own process (app/soakwatch.py): its RSS and redraw time
     assert re.search(r", app RSS \d+ -> \d+ MB, redraw p95 [\d.]+ -> [\d.]+ ms$", last), last
     assert "processes left after stop: 0" in done.stdout
     rows = (tmp_path / "soak.csv").read_text().splitlines()

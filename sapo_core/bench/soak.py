@@ -19,7 +19,7 @@ After warm-up and again after the last round, the app's controls on the soaking 
 as `sapo-bench control` does (`--pauses` pauses, command to paused; one throttle pass at 75, 50
 and 25 %): whether pause and throttle keep their figures after days. Those rounds are not rows.
 With `--app` (the default) the desktop app's window follows the node offscreen in a process of
-its own (`appwatch.py`: each round as the app's round event, then the dashboard's redraw), and
+its own (`app/soakwatch.py`: each round as the app's round event, then the dashboard's redraw), and
 each row has the window's RSS and its latest redraw's CPU time.
 
 Ends with one line: the slope of each per 100 rounds after warm-up (`--warmup` rounds, default a
@@ -90,7 +90,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--app",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="follow the node with the app's window offscreen in its own process (sapo_core/bench/appwatch.py): "
+        help="follow the node with the app's window offscreen in its own process (app/soakwatch.py): "
         "its RSS and redraw time per round",
     )
     parser.add_argument(
@@ -380,18 +380,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 class AppWatch:
-    """The app's window following the node in its own process (appwatch.py); `latest` is its
+    """The app's window following the node in its own process (app/soakwatch.py); `latest` is its
     last report (round, rss_mb, redraw_cpu_ms, redraw_wall_ms)."""
 
     def __init__(self, store: Path) -> None:
         self.latest: dict[str, float] = {}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sapo_core.bench.appwatch", str(store)],
+            [sys.executable, "-m", "app.soakwatch", str(store)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        self.thread = threading.Thread(target=self._read, name="appwatch", daemon=True)
+        self.thread = threading.Thread(target=self._read, name="soakwatch", daemon=True)
         self.thread.start()
 
     def _read(self) -> None:

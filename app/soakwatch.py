@@ -1,6 +1,6 @@
 """The app's window beside a soaking node: its memory and redraw time as the rounds pile up.
 
-`python -m sapo_core.bench.appwatch RUN_STORE` builds the desktop app's main window offscreen
+`python -m app.soakwatch RUN_STORE` builds the desktop app's main window offscreen
 (no node of its own) and follows a node's run store: each round the node finishes goes to the
 window as the app's own round event does (`MainWindow._on_round_done`: status, history, swarm
 table), then the dashboard redraws (what the event's scheduled refresh does), timed in CPU of
@@ -9,8 +9,8 @@ the GUI thread and wall clock. After each batch of new rounds it prints one JSON
 
 `sapo-bench soak` runs it (`--app`, the default) and reports the window's RSS and redraw p95
 after warm-up and at the end (issue 24, "the whole machine"). It stops when its stdin closes
-(the soak ended or died) or on SIGTERM. Like `sapo-bench gui` it lives in sapo_core/bench but
-only runs the app's code, importing app (PySide6) inside `main`; sapo_core never imports it.
+(the soak ended or died) or on SIGTERM. It lives in app/ because it runs the app's window:
+the soak (sapo_core/bench/soak.py) starts it as a process and reads its lines, never imports it.
 """
 
 from __future__ import annotations
@@ -23,28 +23,28 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+from PySide6.QtWidgets import QApplication
+
+from app.bridge import WorkerBridge
+from app.settings import UiSettings
+from app.window import MainWindow
+from sapo_core.control import protocol as P
+from sapo_core.store import RunStore
+
 POLL_S = 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m sapo_core.bench.appwatch RUN_STORE", file=sys.stderr)
+        print("usage: python -m app.soakwatch RUN_STORE", file=sys.stderr)
         return 2
     store_path = Path(args[0])
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    import psutil
-    from PySide6.QtWidgets import QApplication
-
-    from app.bridge import WorkerBridge
-    from app.settings import UiSettings
-    from app.window import MainWindow
-    from sapo_core.control import protocol as P
-    from sapo_core.store import RunStore
-
     me = psutil.Process()
     qt = QApplication.instance() or QApplication(sys.argv[:1])
-    with tempfile.TemporaryDirectory(prefix="sapo-appwatch-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sapo-soakwatch-") as tmp:
         os.environ["SAPO_DATA_DIR"] = tmp  # its own settings (none: defaults), never the user's
         window = MainWindow(WorkerBridge(), UiSettings(Path(tmp) / "ui.ini"), use_tray=False)
         window.resize(1180, 800)
