@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
+from pathlib import Path
 
 import psutil
 
@@ -52,6 +53,20 @@ def physical_cores() -> int:
 
 
 __all__ = ["tree_cpu_seconds", "tree_usage", "busy_seconds", "physical_cores"]
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (`flags` on x86, `Features`
+    on Arm), or None where they cannot be read (not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return None
 
 
 def trim_heap() -> bool:

