@@ -470,19 +470,16 @@ def summary(
 def _app_words(kept: list[dict[str, float]]) -> str:
     """ ", app RSS 190 -> 196 MB, redraw p95 7.1 -> 7.9 ms": the window's median RSS and its
     redraw p95 over the first and the last tenth of the rounds after warm-up."""
+    from sapo_core.bench.control import _percentile  # the pause p95's definition too
+
     seen = [r for r in kept if not math.isnan(r.get("app_rss_mb", math.nan))]
     if len(seen) < 2:
         return ""
     n = max(1, len(seen) // 10)
     ends = (seen[:n], seen[-n:])
     rss = [statistics.median(r["app_rss_mb"] for r in part) for part in ends]
-    p95 = [_p95([r["app_redraw_ms"] for r in part]) for part in ends]
+    p95 = [_percentile([r["app_redraw_ms"] for r in part], 0.95) for part in ends]
     return f", app RSS {rss[0]:.0f} -> {rss[1]:.0f} MB, redraw p95 {p95[0]:.1f} -> {p95[1]:.1f} ms"
-
-
-def _p95(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
 
 
 def _control_words(control: dict[str, dict[str, float]]) -> str:
