@@ -276,3 +276,20 @@ def test_a_long_curve_keeps_what_it_shows_while_no_point_moves_half_a_pixel(qtbo
     h.add(5041, demo_metrics(5041, rng))
     view.refresh()
     assert not view._stale
+
+
+def test_sapo_bench_gui_runs_the_window_in_its_own_process(capfd):
+    """`sapo-bench gui` starts app.guibench as a process (the engine never imports Qt): a short
+    history still goes through the whole measurement to the one summary line."""
+    import sys
+
+    from sapo_core.bench.cli import main
+
+    assert main(["gui", "--rounds", "300", "--redraws", "5", "--width", "1000", "--height", "700"]) == 0
+    out = capfd.readouterr().out
+    assert "history: 300 rounds written" in out
+    assert "1000x700" in out
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("gui: redraw 300 rounds CPU p50 ")
+    assert "RSS" in summary and "goal <= 200" in summary
+    assert "app.guibench" not in sys.modules  # it ran in a process of its own

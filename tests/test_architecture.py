@@ -85,3 +85,22 @@ def test_sapo_core_has_no_import_cycle():
     graph = import_graph()
     assert "sapo_core.node" in graph and "sapo_core.modelfiles" in graph["sapo_core.node"]
     assert cycles(graph) == []
+
+
+GUI_MODULES = ("PySide6", "shiboken6", "pyqtgraph", "app")
+
+
+def test_sapo_core_never_imports_qt_or_the_app():
+    """The engine runs without a display (the node, the benchmarks, a seed): whatever needs the
+    app's window lives in app/ and is started as a process (app.soakwatch, app.guibench)."""
+    offenders = []
+    for path in (ROOT / "sapo_core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in GUI_MODULES]
+    assert offenders == []

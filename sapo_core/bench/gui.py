@@ -1,34 +1,16 @@
 """`sapo-bench gui`: the dashboard's redraw time with a long history, and the GUI's memory.
 
-Writes a run store of N made-up rounds (app/demo.py; 10,000 by default), loads it the way
-the app does (run store -> RoundHistory), builds the whole main window offscreen (no node
-is started) and then, R times: adds one round and redraws every plot of the dashboard
-(`DashboardView.refresh`, then the event loop runs the scene's update and its one paint).
-A long curve that would move by less than half a pixel keeps what it shows, and a plot none of
-whose curves changed is not painted: at 10,000 rounds most rounds move most curves by less.
-Two comparisons: the same redraw with every curve given its data again (each plot painted every
-round: the worst case, a round that moves every curve), and with every round handed to the curves
-(no binning for the screen: what pyqtgraph draws without downsampling). Memory is the GUI
-process's RSS after all that.
-
-Each redraw is timed twice: wall clock, and the CPU time of the GUI thread (Qt paints on it).
-On a busy machine the wall clock mostly measures waiting for a core, so the goal (<= 16 ms, a
-frame at 60 Hz) is judged on the CPU time and the load average is printed beside it. RSS goal
-<= 200 MB.
-
-This module lives in sapo_core/bench but only runs the app's code: it imports app (PySide6)
-inside `run`, never the other way round, and never torch.
+The measurement runs the app's own window, so it lives in app/guibench.py (its docstring says
+what is measured, and how); this module names the options and goals and starts it as a process
+of its own (`python -m app.guibench`), because the engine never imports Qt or app. Its output,
+ending in the one summary line `gui: redraw ...`, goes straight to ours.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import random
+import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 REDRAW_GOAL_MS = 16.0
 RSS_GOAL_MB = 200.0
@@ -41,107 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--height", type=int, default=800, help="window height in pixels")
 
 
-def _redraws(app, window, n: int, first_round: int) -> tuple[list[float], list[float]]:
-    """(wall ms, GUI-thread CPU ms) of n redraws, each after one new round."""
-    from app.demo import demo_metrics
-
-    rng = random.Random(first_round)
-    wall, cpu = [], []
-    for i in range(n):
-        window.history.add(first_round + i, demo_metrics(first_round + i, rng))
-        t0, c0 = time.perf_counter(), time.thread_time()
-        window.dashboard.refresh()
-        app.processEvents()  # the scene's changes, auto-range, and the one paint they schedule
-        wall.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.thread_time() - c0) * 1000)
-    return wall, cpu
-
-
-def _p(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
-def _line(name: str, wall: list[float], cpu: list[float]) -> str:
-    return (
-        f"  {name:<44} CPU p50 {_p(cpu, 0.5):6.1f} ms  p95 {_p(cpu, 0.95):6.1f} ms   "
-        f"wall p50 {_p(wall, 0.5):6.1f} ms  p95 {_p(wall, 0.95):6.1f} ms   ({len(cpu)} redraws)"
-    )
-
-
 def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    import psutil
-    from PySide6.QtWidgets import QApplication
-
-    from app.bridge import WorkerBridge
-    from app.demo import write_demo_store
-    from app.history import read_rows
-    from app.qtcheck import binding_problem
-    from app.settings import UiSettings
-    from app.window import MainWindow
-
-    problem = binding_problem()
-    if problem:
-        print(f"sapo-bench gui: {problem}", file=sys.stderr)
-        return 1
-    me = psutil.Process()
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    with tempfile.TemporaryDirectory(prefix="sapo-bench-gui-") as tmp:
-        os.environ["SAPO_DATA_DIR"] = tmp  # the window reads node.toml and ui.ini there: none, defaults
-        t0 = time.perf_counter()
-        store = write_demo_store(Path(tmp), args.rounds)
-        t_write = time.perf_counter() - t0
-        window = MainWindow(WorkerBridge(), UiSettings(Path(tmp) / "ui.ini"), use_tray=False)
-        window.resize(args.width, args.height)
-        window.tabs.setCurrentIndex(0)
-        window.show()
-        app.processEvents()
-        t0 = time.perf_counter()
-        rows = read_rows(store)
-        t_read = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        window.history.add_many(rows)
-        for r, m in rows:
-            window.swarm.add_round(r, m)
-        t_add = time.perf_counter() - t0
-        del rows
-        t0 = time.perf_counter()
-        window.dashboard.refresh()
-        app.processEvents()
-        t_first = (time.perf_counter() - t0) * 1000
-        ours = _redraws(app, window, args.redraws, args.rounds + 1)
-        rss_mb = me.memory_info().rss / 2**20
-        window.dashboard.skip_unmoved = False
-        every = _redraws(app, window, args.redraws, args.rounds + 1 + args.redraws)
-        window.dashboard.set_own_bins(False)
-        app.processEvents()
-        plain = _redraws(app, window, max(10, args.redraws // 3), args.rounds + 1 + 2 * args.redraws)
-        n, n_curves = window.history.rounds, len(window.dashboard.curves)
-        window.close()
-        window.deleteLater()
-        app.processEvents()
-
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(
-        f"history: {args.rounds:,} rounds written in {t_write:.2f} s, read from the run store in {t_read:.2f} s, "
-        f"into the dashboard's arrays in {t_add:.2f} s; first draw {t_first:.0f} ms (wall)"
-    )
-    print(
-        f"redraw after a new round, {n:,} rounds at the end, {args.width}x{args.height}, {n_curves} curves, "
-        f"load average {load:.1f} on {os.cpu_count()} CPUs:"
-    )
-    print(_line("ours (binned for the screen, 1 bin per pixel)", *ours))
-    print(_line("ours, every curve given its data again", *every))
-    print(_line("every round handed to the curves", *plain))
-    print(f"GUI process RSS with the window and {n:,} rounds loaded: {rss_mb:.0f} MB")
-    cpu50, cpu95 = _p(ours[1], 0.5), _p(ours[1], 0.95)
-    print(
-        f"gui: redraw {args.rounds:,} rounds CPU p50 {cpu50:.1f} ms p95 {cpu95:.1f} ms "
-        f"(goal <= {REDRAW_GOAL_MS:.0f}: "
-        f"{'met' if cpu95 <= REDRAW_GOAL_MS else 'MISSED'}; wall p50 {_p(ours[0], 0.5):.1f} ms at load "
-        f"{load:.1f}; every curve redrawn CPU p95 {_p(every[1], 0.95):.1f} ms; "
-        f"every round to the curves CPU p50 {_p(plain[1], 0.5):.1f} ms); RSS {rss_mb:.0f} MB "
-        f"(goal <= {RSS_GOAL_MB:.0f}: {'met' if rss_mb <= RSS_GOAL_MB else 'MISSED'})"
-    )
-    return 0
+    options = ["--rounds", str(args.rounds), "--redraws", str(args.redraws)]
+    options += ["--width", str(args.width), "--height", str(args.height)]
+    return subprocess.run([sys.executable, "-m", "app.guibench", *options], check=False).returncode

@@ -363,12 +363,12 @@ def missing_platform_libraries(platform: str = "xcb") -> list[str]:
     not found for the plugin and its Qt support library, and for xcb libxcb-cursor, which Qt
     6.5+ loads at run time. Empty when none is missing (or when this cannot be told)."""
     import ctypes.util
+    import importlib.util
 
-    try:
-        import PySide6
-    except ImportError:
+    spec = importlib.util.find_spec("PySide6")  # where it is, without importing Qt into the engine
+    if spec is None or not spec.submodule_search_locations:
         return []
-    qt = Path(PySide6.__file__).parent / "Qt"
+    qt = Path(next(iter(spec.submodule_search_locations))) / "Qt"
     plugin = qt / "plugins" / "platforms" / f"libq{platform}.so"
     files = [plugin, *sorted((qt / "lib").glob("libQt6XcbQpa.so*" if platform == "xcb" else "libQt6WaylandClient.so*"))]
     missing: list[str] = []
