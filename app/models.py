@@ -27,6 +27,7 @@ PHASE_WORDS = {
     "score": "scoring",
     "share": "sharing",
     "gather": "gathering",
+    "likelihood": "checking peers' answers",
     "prepare": "preparing",
     "update": "training",
     "sync": "syncing",
@@ -45,12 +46,12 @@ STATE_WORDS = {
 }
 # what a phase's done/total count (sapo_core: sampler steps add the sequences still alive, one token each)
 PHASE_UNITS = {"sample": "tokens", "update": "micro-batches", "score": "questions"}
-TIME_PHASES = ("sample", "score", "share", "gather", "prepare", "update", "sync", "save")
+TIME_PHASES = ("sample", "score", "share", "gather", "likelihood", "prepare", "update", "sync", "save")
 # the dashboard stacks the round's time in four bands; the small phases share one
 PHASE_GROUPS = (
     ("sampling", ("sample",)),
     ("training", ("update", "sync")),
-    ("sharing with peers", ("share", "gather")),
+    ("sharing with peers", ("share", "gather", "likelihood")),
     ("other", ("score", "prepare", "save")),
 )
 

@@ -260,7 +260,8 @@ class Node:
             with timer("gather"):
                 hooks.progress("gather", 0, 1)
                 external = self._swarm_step("gather", swarm_failures, self._source.gather, r, shape.external, rng) or []
-            with timer("likelihood"):
+            with timer("likelihood"):  # a forward pass over peers' completions: work, not waiting
+                hooks.progress("likelihood", 0, 1)
                 external = self._keep_likely(external, swarm_failures)
 
         # 5. advantages, group by group (the receipts name the peers' groups that train)

@@ -158,6 +158,32 @@ def test_throttle_sleep_is_cut_short_by_stop_and_by_a_higher_share(cut):
         assert outcome == ["returned"]
 
 
+def test_a_network_phase_bills_the_round_threads_cpu_and_not_its_waiting():
+    """Verifying peers' records in the gather is work; waiting on the network is not; checking
+    peers' completions against our policy (the likelihood phase) is work throughout."""
+    billed: list[float | None] = []
+
+    class Recording(DutyCycle):
+        def owed(self, work: float | None = None) -> float:
+            billed.append(work)
+            return 0.0
+
+    ctl = Controller(lambda e: None)  # made here: this is its round thread
+    ctl.duty = Recording(0.5)
+    ctl.checkpoint()
+    ctl.progress("gather", 0, 1)
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < 0.2:  # 0.2 s of CPU: verifying a record
+        pass
+    time.sleep(0.3)  # and waiting on a peer
+    ctl.checkpoint()
+    ctl.progress("likelihood", 0, 1)
+    ctl.checkpoint()
+    assert billed[0] is None  # before the gather: the phase's wall time is work
+    assert 0.19 <= billed[1] < 0.45  # the CPU, not the 0.5 s of wall clock
+    assert billed[2] is None
+
+
 def test_threads_are_applied_on_the_round_thread(round_):
     applied: list[tuple[int, int | None]] = []
     round_.ctl.apply_threads = lambda n: applied.append((n, threading.get_ident()))

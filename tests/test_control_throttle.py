@@ -1,5 +1,5 @@
-"""The duty cycle: after a quantum of work it owes work × (1 - share) / share of sleep; intervals
-the caller marks as waiting (the swarm's network phases) are not work."""
+"""The duty cycle: after a quantum of work it owes work × (1 - share) / share of sleep; of an
+interval the caller says mostly waited (the swarm's network phases), only the work it names counts."""
 
 from __future__ import annotations
 
@@ -50,9 +50,22 @@ def test_waiting_on_the_network_is_not_work():
     clock = Clock()
     d = DutyCycle(0.5, quantum=0.1, clock=clock)
     clock.t += 10.0
-    assert d.owed(counting=False) == 0.0  # a 10 s gather
+    assert d.owed(work=0.0) == 0.0  # a 10 s gather that only waited
     clock.t += 0.4
     assert d.owed() == pytest.approx(0.4)  # only the computing after it
+
+
+def test_the_work_inside_a_network_phase_is_billed_and_never_more_than_its_interval():
+    clock = Clock()
+    d = DutyCycle(0.5, quantum=0.1, clock=clock)
+    clock.t += 10.0
+    assert d.owed(work=2.0) == pytest.approx(2.0)  # 10 s of gather, 2 s of it verifying records
+    d.rested(2.0)
+    clock.t += 0.5
+    assert d.owed(work=3.0) == pytest.approx(0.5)  # a CPU time beyond the interval is not believed
+    d.rested(0.5)
+    clock.t += 0.5
+    assert d.owed(work=-1.0) == 0.0  # nor one below zero
 
 
 def test_time_spent_unthrottled_is_never_owed():

@@ -33,6 +33,7 @@ PHASES = {
     "score": "scoring",
     "share": "sharing",
     "gather": "gathering",
+    "likelihood": "checking peers' answers",
     "update": "training",
     "save": "saving",
 }

@@ -40,7 +40,7 @@ from sapo_core.hooks import Interrupted
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL = 0.25  # seconds between two progress events of one phase
-NETWORK_PHASES = ("share", "gather")  # mostly waiting on peers: not work for the duty cycle
+NETWORK_PHASES = ("share", "gather")  # mostly waiting on peers: only their CPU time is work (throttle.py)
 HOLD_POLL = 1.0  # a holding thread wakes this often even without a command (snooze ends, threads)
 NATIVE_POLL = 0.1  # seconds between two looks at the round thread's CPU time while the sampler is suspended
 NATIVE_STILL_POLLS = 3  # that many looks without CPU use: it waits on the suspended sampler
@@ -59,6 +59,7 @@ class Controller:
         self._cond = threading.Condition()
         self._round_thread = threading.get_ident()
         self._round_native_id = threading.get_native_id()
+        self._round_cpu = time.thread_time()  # the round thread's CPU time at its last checkpoint
         self.duty = DutyCycle(throttle)
         self.threads = threads
         self._pending_threads: int | None = None
@@ -156,9 +157,11 @@ class Controller:
             with self._cond:  # another thread of the node (a swarm callback): hold and stop only
                 self._hold_here()
             return
+        cpu = time.thread_time()  # the round thread's: what a network phase spent working
+        busy, self._round_cpu = cpu - self._round_cpu, cpu
         with self._cond:
             self._hold_here()
-            owed = self.duty.owed(counting=self.phase not in NETWORK_PHASES)
+            owed = self.duty.owed(busy if self.phase in NETWORK_PHASES else None)
         if owed > 0:
             began = time.monotonic()
             deadline = began + owed

@@ -7,9 +7,13 @@ Work is wall-clock time between two checkpoints, not the CPU time of the round's
 the llama.cpp sampler computes in a child process while that thread waits for it, and on a
 loaded machine a burst that is often descheduled must still be paid for in proportion (a
 CPU-time count lets the node keep most of what it gets: it sleeps little after a slow
-burst). What is not work is said by the caller: intervals in the swarm's share and gather
-phases, which mostly wait on the network, are not counted (`owed(counting=False)`), so a
-gather that waits 10 s does not buy a 30 s sleep.
+burst). Where an interval mostly waits on the network (the swarm's share and gather phases),
+the caller says how much of it was work: the CPU time its thread used there, verifying peers'
+records (`owed(work=...)`), so a gather that waits 10 s does not buy a 30 s sleep, and one that
+spends 2 s checking signatures and decoding pays for them. Checking peers' completions against
+our policy (a forward pass) is a phase of its own, billed as work: while it still counted as the
+gather, a 50 % throttle let the node use 65 % of what it used unthrottled (`sapo-bench soak`
+with peers that send model text, 2026-11-25).
 
 The sleep is owed once at least a burst of work (`quantum`, longer at high shares) has accumulated, so the node
 alternates short bursts and pauses (the volunteer's programs stay responsive), and a
@@ -49,16 +53,17 @@ class DutyCycle:
             self.rested()  # unthrottled time is never owed
         self.share = float(share)
 
-    def owed(self, counting: bool = True) -> float:
-        """Account the interval since the last call (as work if `counting`); seconds to sleep now."""
+    def owed(self, work: float | None = None) -> float:
+        """Account the interval since the last call; seconds to sleep now. `work`: how much of the
+        interval was work (at most all of it); None: all of it."""
         now = self.clock()
         interval, self._mark = now - self._mark, now
         if self.share >= 1.0:
             self.work = self.debt = 0.0
             return 0.0
-        if counting:
-            self.work += interval
-            self.debt += interval * (1.0 - self.share) / self.share
+        done = interval if work is None else min(max(0.0, work), interval)
+        self.work += done
+        self.debt += done * (1.0 - self.share) / self.share
         if self.work < self.burst():
             return 0.0
         return min(MAX_SLEEP, max(0.0, self.debt))
