@@ -58,13 +58,14 @@ def demo_metrics(r: int, rng: random.Random, swarm: bool = True) -> dict[str, fl
         "score": 0.2,
         "share": 0.4,
         "gather": 1.2,
+        "likelihood": 6.0,
         "prepare": 0.1,
         "update": 52.0,
         "sync": 1.5,
         "save": 0.6,
     }
     for phase, t in times.items():
-        if swarm or phase not in ("share", "gather"):
+        if swarm or phase not in ("share", "gather", "likelihood"):
             m[f"time/{phase}"] = max(0.0, t * (1 + rng.gauss(0, 0.1)))
     m["time/round"] = sum(v for k, v in m.items() if k.startswith("time/"))
     m["cpu/seconds"] = 1.8 * m["time/round"]
