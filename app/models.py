@@ -19,20 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sapo_core.control import protocol as P
+from sapo_core.control.protocol import PHASE_WORDS
 from sapo_core.downloads import PHASE as DOWNLOAD
 from sapo_core.downloads import download_text
 
-PHASE_WORDS = {
-    "sample": "sampling",
-    "score": "scoring",
-    "share": "sharing",
-    "gather": "gathering",
-    "likelihood": "checking peers' answers",
-    "prepare": "preparing",
-    "update": "training",
-    "sync": "syncing",
-    "save": "saving",
-}
 STATE_WORDS = {
     P.STARTING: "Starting",
     P.RUNNING: "Running",

@@ -28,15 +28,6 @@ from sapo_core.control.client import NodeClient, NodeStartError
 from sapo_core.downloads import PHASE as DOWNLOAD
 from sapo_core.downloads import DownloadLines
 
-PHASES = {
-    "sample": "sampling",
-    "score": "scoring",
-    "share": "sharing",
-    "gather": "gathering",
-    "likelihood": "checking peers' answers",
-    "update": "training",
-    "save": "saving",
-}
 STATE_STYLE = {
     P.PAUSED: "yellow",
     P.SNOOZED: "yellow",
@@ -89,7 +80,10 @@ class EventDisplay:
                 self._download(ev)
             elif self.bar is not None and self.task is not None:
                 self.bar.update(
-                    self.task, description=PHASES.get(ev.phase, ev.phase), completed=ev.done, total=ev.total or None
+                    self.task,
+                    description=P.PHASE_WORDS.get(ev.phase, ev.phase),
+                    completed=ev.done,
+                    total=ev.total or None,
                 )
         elif isinstance(ev, P.RoundDone):
             c.print(round_summary(ev.round, ev.metrics))
@@ -196,4 +190,4 @@ def run_with_display(cfg: NodeConfig, rounds: int = 0, quiet: bool = False, env:
     return 2 if client.exited is not None and client.exited.returncode == P.EXIT_CONFIG else 1
 
 
-__all__ = ["run_with_display", "round_summary", "EventDisplay", "PHASES"]
+__all__ = ["run_with_display", "round_summary", "EventDisplay"]

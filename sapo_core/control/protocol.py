@@ -44,6 +44,19 @@ COMMAND = "command"  # one command was refused; the node goes on
 # exit codes of the worker process
 EXIT_OK, EXIT_CRASH, EXIT_CONFIG = 0, 1, 2
 
+# --- round phases (Progress.phase), as the app and `sapo-node run` word them -----------------
+PHASE_WORDS = {
+    "sample": "sampling",
+    "score": "scoring",
+    "share": "sharing",
+    "gather": "gathering",
+    "likelihood": "checking peers' answers",
+    "prepare": "preparing",
+    "update": "training",
+    "sync": "syncing",
+    "save": "saving",
+}
+
 
 class ProtocolError(ValueError):
     """A line that is not a message of this protocol version."""
@@ -309,6 +322,7 @@ def is_event(msg: Message) -> bool:
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "PHASE_WORDS",
     "ProtocolError",
     "Message",
     "encode",
