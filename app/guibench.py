@@ -15,7 +15,7 @@ process's RSS after all that.
 Each redraw is timed twice: wall clock, and the CPU time of the GUI thread (Qt paints on it).
 On a busy machine the wall clock mostly measures waiting for a core, so the goal (<= 16 ms, a
 frame at 60 Hz) is judged on the CPU time and the load average is printed beside it. RSS goal
-<= 200 MB. Percentiles interpolate between ranks (`sapo_core.bench.control`'s, as the soak's).
+<= 200 MB. Percentiles interpolate between ranks (`sapo_core.bench.control.percentile`, as the soak's).
 
 It lives in app/ because it runs the app's window: `sapo-bench gui` (sapo_core/bench/gui.py)
 starts `python -m app.guibench` with its own options and never imports it (the engine never
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sapo_core.bench.control import _percentile
+from sapo_core.bench.control import percentile
 from sapo_core.bench.gui import REDRAW_GOAL_MS, RSS_GOAL_MB, configure
 
 
@@ -53,7 +53,7 @@ def _redraws(app, window, n: int, first_round: int) -> tuple[list[float], list[f
 
 
 def _line(name: str, wall: list[float], cpu: list[float]) -> str:
-    p = _percentile
+    p = percentile
     return (
         f"  {name:<44} CPU p50 {p(cpu, 0.5):6.1f} ms  p95 {p(cpu, 0.95):6.1f} ms   "
         f"wall p50 {p(wall, 0.5):6.1f} ms  p95 {p(wall, 0.95):6.1f} ms   ({len(cpu)} redraws)"
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         window.deleteLater()
         app.processEvents()
 
-    p = _percentile
+    p = percentile
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"history: {args.rounds:,} rounds written in {t_write:.2f} s, read from the run store in {t_read:.2f} s, "

@@ -74,7 +74,8 @@ def _config(args: argparse.Namespace, run_dir: Path) -> NodeConfig:
     )
 
 
-def _percentile(xs: list[float], q: float) -> float:
+def percentile(xs: list[float], q: float) -> float:
+    """The q-quantile, interpolated between ranks (the benchmarks' one definition of p50 and p95)."""
     xs = sorted(xs)
     k = (len(xs) - 1) * q
     lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
@@ -170,19 +171,19 @@ def run(args: argparse.Namespace) -> int:
     print(
         "pause median by phase: "
         + ", ".join(f"{p} {v:.2f} s" for p, v in sorted(by_phase.items()))
-        + f"; command delivery p50 {_percentile(acks, 0.5):.3f} s p95 {_percentile(acks, 0.95):.3f} s"
+        + f"; command delivery p50 {percentile(acks, 0.5):.3f} s p95 {percentile(acks, 0.95):.3f} s"
     )
     worst = max(abs(measured[s] - 100 * s) for s in measured)
     print(
-        f"goals: pause p95 <= 2 s {'met' if _percentile(lat, 0.95) <= 2 else 'MISSED'}, "
+        f"goals: pause p95 <= 2 s {'met' if percentile(lat, 0.95) <= 2 else 'MISSED'}, "
         f"throttle within ±10 points {'met' if worst <= 10 else 'MISSED'} (worst {worst:.0f}); "
         f"load average now {psutil.getloadavg()[0]:.1f} on {psutil.cpu_count()} CPUs"
     )
     print(
-        f"control: pause p50 {_percentile(lat, 0.5):.2f} s p95 {_percentile(lat, 0.95):.2f} s; throttle "
+        f"control: pause p50 {percentile(lat, 0.5):.2f} s p95 {percentile(lat, 0.95):.2f} s; throttle "
         + ", ".join(f"{100 * s:.0f}% -> {measured[s]:.0f}%" for s in sorted(measured))
     )
     return 0
 
 
-__all__ = ["configure", "run"]
+__all__ = ["configure", "run", "percentile"]

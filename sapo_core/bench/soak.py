@@ -414,13 +414,13 @@ def control_probe(client, pauses: int, rng: random.Random, after: int) -> dict[s
     """The app's controls on the soaking node, as `sapo-bench control` measures them: the p95
     of `pauses` pauses (command to paused), and one throttle pass (75, 50, 25 %: each throttled
     round's CPU rate over the unthrottled rounds beside it)."""
-    from sapo_core.bench.control import _measure_pauses, _measure_throttle, _percentile
+    from sapo_core.bench.control import _measure_pauses, _measure_throttle, percentile
 
     print(f"controls, after round {after}:", flush=True)
     times = [latency for _, latency, _ in _measure_pauses(client, pauses, rng)]
     shares = _measure_throttle(client, 1)
     client.set_throttle(1.0)
-    return {"pause_p95": _percentile(times, 0.95), **{f"throttle_{round(100 * k)}": v for k, v in shares.items()}}
+    return {"pause_p95": percentile(times, 0.95), **{f"throttle_{round(100 * k)}": v for k, v in shares.items()}}
 
 
 def summary(
@@ -470,7 +470,7 @@ def summary(
 def _app_words(kept: list[dict[str, float]]) -> str:
     """ ", app RSS 190 -> 196 MB, redraw p95 7.1 -> 7.9 ms": the window's median RSS and its
     redraw p95 over the first and the last tenth of the rounds after warm-up."""
-    from sapo_core.bench.control import _percentile  # the pause p95's definition too
+    from sapo_core.bench.control import percentile  # the pause p95's definition too
 
     seen = [r for r in kept if not math.isnan(r.get("app_rss_mb", math.nan))]
     if len(seen) < 2:
@@ -478,7 +478,7 @@ def _app_words(kept: list[dict[str, float]]) -> str:
     n = max(1, len(seen) // 10)
     ends = (seen[:n], seen[-n:])
     rss = [statistics.median(r["app_rss_mb"] for r in part) for part in ends]
-    p95 = [_percentile([r["app_redraw_ms"] for r in part], 0.95) for part in ends]
+    p95 = [percentile([r["app_redraw_ms"] for r in part], 0.95) for part in ends]
     return f", app RSS {rss[0]:.0f} -> {rss[1]:.0f} MB, redraw p95 {p95[0]:.1f} -> {p95[1]:.1f} ms"
 
 
