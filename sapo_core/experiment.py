@@ -25,10 +25,14 @@ Made affordable on a 2-core CPU (docs/experiment.md says what this simplifies):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
+import os
 import re
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -394,8 +398,14 @@ def _run_in_processes(
                 load_or_create_identity(Path(node_config(args, out, seed, arm, i, None).swarm.identity_path))
     rows: list[dict] = []
     failed = []
-    with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_arm, args, out, *unit): unit for unit in units}
+    pool = cf.ProcessPoolExecutor(
+        max_workers=args.jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_child_init,
+        initargs=(os.getpid(),),
+    )
+    try:
+        futures = {pool.submit(_run_arm_child, args, out, *unit): unit for unit in units}
         for future in cf.as_completed(futures):
             seed, arm = futures[future]
             try:
@@ -404,9 +414,83 @@ def _run_in_processes(
                 failed.append(f"seed {seed} {arm.name}: {type(e).__name__}: {e}")
                 print(f"sapo-experiment: seed {seed} {arm.name} failed: {e}", file=sys.stderr, flush=True)
             write_outputs(_ordered(rows, names), out, title, names, specs)
+    except BaseException:  # SIGTERM or Ctrl-C: no run may go on without us
+        pool.shutdown(wait=False, cancel_futures=True)
+        _stop_children(grace=STOP_GRACE_SECONDS)
+        raise
+    pool.shutdown()
     if failed:
         raise SystemExit("sapo-experiment: runs failed (the others' rows are in experiment.csv): " + "; ".join(failed))
     return _ordered(rows, names)
+
+
+# how long a run has to close its nodes (sampler engines, p2pd daemons) once asked to stop
+STOP_GRACE_SECONDS = 30.0
+_stopping = False
+
+
+def _raise_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (`kill`, a scheduler's stop) unwinds as Ctrl-C does, so every node closes; a
+    second one while that runs is ignored, so the closing itself is not cut short."""
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    raise SystemExit(128 + signum)
+
+
+def _child_init(parent: int) -> None:
+    """A --jobs process: stop as the experiment does on SIGTERM, and stop by itself when the
+    experiment is gone without telling it (killed with SIGKILL): an orphaned run would go on
+    for the rest of its rounds on cores nobody is watching."""
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_GRACE_SECONDS)  # the round thread is stuck: take its processes down
+        _stop_children(grace=0.0)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _run_arm_child(args: argparse.Namespace, out: Path, seed: int, arm: Arm) -> list[dict]:
+    """run_arm in a --jobs process. Once told to stop, the process ends after the run has closed
+    its nodes: the pool would otherwise hand it the next (seed, arm) already queued."""
+    if _stopping:
+        os._exit(128 + signal.SIGTERM)
+    try:
+        return run_arm(args, out, seed, arm)
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group
+        os._exit(128 + signal.SIGINT)
+    except BaseException:
+        if _stopping:
+            os._exit(128 + signal.SIGTERM)
+        raise
+
+
+def _stop_children(grace: float) -> None:
+    """SIGTERM to this process's children (each closes its nodes), then after `grace` seconds
+    SIGKILL to every descendant still there, the ones a dead child left behind included (they
+    are listed before anything is signalled: an orphan no longer shows as ours)."""
+    import psutil
+
+    me = psutil.Process()
+    try:
+        everyone = me.children(recursive=True)
+        children = me.children()
+    except psutil.Error:
+        return
+    for p in children:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    psutil.wait_procs(children, timeout=grace)
+    for p in everyone:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(everyone, timeout=5.0)
 
 
 def _ordered(rows: list[dict], arms: list[str]) -> list[dict]:
@@ -540,12 +624,26 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     seeds = range(args.seed, args.seed + args.seeds)
     units = [(seed, arm) for seed in seeds for arm in arms]
-    if args.jobs <= 1:
-        for seed, arm in units:
-            rows += run_arm(args, out, seed, arm)
-            write_outputs(rows, out, title, names, specs)  # keep what is done if a later run fails
-    else:
-        rows = _run_in_processes(args, out, units, title, arms, specs)
+    global _stopping
+    _stopping = False
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        if args.jobs <= 1:
+            for seed, arm in units:
+                rows += run_arm(args, out, seed, arm)
+                write_outputs(rows, out, title, names, specs)  # keep what is done if a later run fails
+        else:
+            rows = _run_in_processes(args, out, units, title, arms, specs)
+    except (SystemExit, KeyboardInterrupt) as e:
+        if _stopping or isinstance(e, KeyboardInterrupt):
+            print(
+                f"sapo-experiment: stopped; the runs that had finished are in {out / 'experiment.csv'}",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     lines = write_outputs(rows, out, title, names, specs)
     print(f"done in {(time.time() - started) / 60:.1f} min; {out / 'experiment.csv'}, {out / 'experiment.png'}")
     for line in lines:

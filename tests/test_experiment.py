@@ -5,12 +5,26 @@ real dry runs (tiny-random nodes in one process; a real swarm on loopback for a 
 from __future__ import annotations
 
 import csv
+import signal
+import subprocess
 import sys
+import threading
+import time
 import tomllib
 
+import psutil
 import pytest
 
-from sapo_core.experiment import Arm, build_parser, check_arms, main, node_config, parse_arm, parse_configs
+from sapo_core.experiment import (
+    STOP_GRACE_SECONDS,
+    Arm,
+    build_parser,
+    check_arms,
+    main,
+    node_config,
+    parse_arm,
+    parse_configs,
+)
 from sapo_core.experiment_report import (
     CSV_FIELDS,
     PLOT_NEEDS_MATPLOTLIB,
@@ -354,3 +368,45 @@ def test_runs_in_parallel_processes_write_the_same_rows(tmp_path, data_dir):
     ]
     assert sorted(p.name for p in (out / "identities").iterdir()) == ["seed0-node0.key", "seed0-node1.key"]
     assert "1/1 - 1/0" in (out / "summary.txt").read_text()
+
+
+def _start_until_both_runs_round(tmp_path) -> tuple[subprocess.Popen, list[str]]:
+    """sapo-experiment --jobs 2 (an isolated and a sharing run) of many rounds, up to the moment
+    both runs have finished a round: the sharing run's p2pd daemons are up."""
+    argv = [*_DRY, "--rounds", "1000", "--seeds", "1", "--configs", "1/0,1/1", "--eval-every", "0", "--jobs", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sapo_core.experiment", *argv, "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    deadline = time.monotonic() + 240
+    wanted = ("[seed 0 1/0 node1] round 1/", "[seed 0 1/1 node1] round 1/")
+    while not all(any(w in line for line in list(lines)) for w in wanted):
+        assert proc.poll() is None, "".join(lines)
+        assert time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.5)
+    return proc, lines
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_experiment_leaves_no_run_behind(tmp_path, data_dir, how):
+    """`kill` of sapo-experiment --jobs 2 mid-run: its runs close their nodes (the sharing run's
+    p2pd daemons with them) and it exits 143 saying where the finished runs are. Killed with
+    SIGKILL it can tell nobody: the runs see their parent gone and stop by themselves."""
+    proc, lines = _start_until_both_runs_round(tmp_path)
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert any(p.name() == "p2pd" for p in tree)
+    if how == "SIGTERM":
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=STOP_GRACE_SECONDS + 30) == 128 + signal.SIGTERM
+        time.sleep(0.5)  # the reader thread takes the last lines
+        assert "sapo-experiment: stopped; the runs that had finished are in" in "".join(lines)
+    else:
+        proc.kill()
+        proc.wait(timeout=10)
+    gone, alive = psutil.wait_procs(tree, timeout=STOP_GRACE_SECONDS + 20)
+    assert not alive, [p.pid for p in alive]
