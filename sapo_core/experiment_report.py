@@ -208,8 +208,9 @@ def reward_lines(rows: list[dict], arms: list[str]) -> list[str]:
         nodes = len({(int(r["seed"]), int(r["node"])) for r in rows if r["arm"] == arm}) / len(t)
         rounds = max(int(r["round"]) for r in rows if r["arm"] == arm)
         m, lo, hi = mean_ci(list(t.values()))
+        interval = f"95% CI {lo:.2f}..{hi:.2f}" if len(t) > 1 else "no interval from one seed"
         line = (
-            f"{arm}: total training reward (the paper's measure) {m:.2f} (95% CI {lo:.2f}..{hi:.2f}) "
+            f"{arm}: total training reward (the paper's measure) {m:.2f} ({interval}) "
             f"over {len(t)} seed{'s' * (len(t) != 1)}, {nodes:g} nodes x {rounds} rounds each"
         )
         pct = [100 * (t[s] / base[s] - 1) for s in sorted(set(t) & set(base)) if base[s] > 0]
@@ -269,7 +270,14 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
         if not units:
             continue
         m, lo, hi = mean_ci(list(units.values()))
-        unit = "seeds (a sharing arm's nodes are one swarm)" if sharing.get(arm) else "nodes (independent runs)"
+        one = "seed" if sharing.get(arm) else "node"
+        interval = f"95% CI {lo:.3f}..{hi:.3f}" if len(units) > 1 else f"no interval from one {one}"
+        plural = "s" * (len(units) != 1)
+        unit = (
+            f"seed{plural} (a sharing arm's nodes are one swarm)"
+            if sharing.get(arm)
+            else f"node{plural} (independent runs)"
+        )
         mine = [r for r in rows if r["arm"] == arm]
         ext = statistics.fmean(float(r["groups_external"] or 0) for r in mine)
         cost = arm_cost(rows, arm)
@@ -281,7 +289,7 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
             else ""
         )
         lines.append(
-            f"{arm}: final held-out solve rate {m:.3f} (95% CI {lo:.3f}..{hi:.3f}) over {len(units)} {unit}; "
+            f"{arm}: final held-out solve rate {m:.3f} ({interval}) over {len(units)} {unit}; "
             f"{ext:.2f} external groups, {cost.round_seconds:.1f} s{tokens} per node-round{gain}"
         )
         if columns:

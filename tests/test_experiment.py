@@ -304,7 +304,11 @@ def test_rows_of_several_files_are_summarised_together_old_and_new(tmp_path):
     assert "1/1 - 2/0: +0.033 (95% CI -0.346..+0.413) over 3 seeds" in summary
     # --configs (or --arm) names pick the arms and their order
     assert main(["--from-csv", str(a / "experiment.csv"), "--configs", "1/1,2/0", "--out", str(out)]) == 0
-    assert "2/0 - 1/1: -0.200 (no interval from one seed) over 1 seed" in (out / "summary.txt").read_text()
+    one = (out / "summary.txt").read_text()
+    assert "2/0 - 1/1: -0.200 (no interval from one seed) over 1 seed" in one
+    # one seed of a sharing arm is one replicate: no interval, rather than a zero-width one
+    assert "1/1: final held-out solve rate " in one and "(no interval from one seed) over 1 seed (a sharing" in one
+    assert "(the paper's measure) 0.00 (no interval from one seed) over 1 seed," in one
     (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
     with pytest.raises(SystemExit, match="not an experiment.csv"):
         main(["--from-csv", str(tmp_path / "bad.csv"), "--out", str(out)])
