@@ -74,6 +74,12 @@ def mean_ci(xs: list[float]) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
+def interval_words(lo: float, hi: float, n: int, unit: str, fmt: str = ".3f") -> str:
+    """'95% CI 0.1..0.2' (numbers in `fmt`), or why there is none: one replicate has no spread,
+    and mean_ci's zero-width interval would read as certainty."""
+    return f"95% CI {lo:{fmt}}..{hi:{fmt}}" if n >= 2 else f"no interval from one {unit}"
+
+
 def dataset_columns(rows: list[dict]) -> list[str]:
     """The per-dataset held-out columns present in the rows, in the datasets' usual order."""
     present = {k for r in rows for k in r if k.startswith(DATASET_PREFIX)}
@@ -148,7 +154,7 @@ class Comparison:
 
     def interval(self) -> str:
         """'95% CI -0.1..+0.2', or why there is none."""
-        return f"95% CI {self.lo:+.3f}..{self.hi:+.3f}" if self.n >= 2 else f"no interval from one {self.unit}"
+        return interval_words(self.lo, self.hi, self.n, self.unit, "+.3f")
 
     def units(self) -> str:
         """'8 (seed, node) pairs' or '3 seeds'."""
@@ -208,7 +214,7 @@ def reward_lines(rows: list[dict], arms: list[str]) -> list[str]:
         nodes = len({(int(r["seed"]), int(r["node"])) for r in rows if r["arm"] == arm}) / len(t)
         rounds = max(int(r["round"]) for r in rows if r["arm"] == arm)
         m, lo, hi = mean_ci(list(t.values()))
-        interval = f"95% CI {lo:.2f}..{hi:.2f}" if len(t) > 1 else "no interval from one seed"
+        interval = interval_words(lo, hi, len(t), "seed", ".2f")
         line = (
             f"{arm}: total training reward (the paper's measure) {m:.2f} ({interval}) "
             f"over {len(t)} seed{'s' * (len(t) != 1)}, {nodes:g} nodes x {rounds} rounds each"
@@ -270,8 +276,7 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
         if not units:
             continue
         m, lo, hi = mean_ci(list(units.values()))
-        one = "seed" if sharing.get(arm) else "node"
-        interval = f"95% CI {lo:.3f}..{hi:.3f}" if len(units) > 1 else f"no interval from one {one}"
+        interval = interval_words(lo, hi, len(units), "seed" if sharing.get(arm) else "node")
         plural = "s" * (len(units) != 1)
         unit = (
             f"seed{plural} (a sharing arm's nodes are one swarm)"
