@@ -600,7 +600,10 @@ desktop_entry() { # $1 = extra lines
 # removes them; a mimeapps.list that existed before keeps its (then dangling) line.
 register_url_scheme() {
   local apps="$DATA_HOME/applications" list="$CONFIG_HOME/mimeapps.list"
-  if command -v update-desktop-database >/dev/null 2>&1; then
+  # The cache is rewritten (a new mtime) on every call: only when it lacks the scheme, so a second
+  # install changes no file.
+  if command -v update-desktop-database >/dev/null 2>&1 &&
+    ! grep -qE '^x-scheme-handler/sapo=(.*;)?sapo-swarm[.]desktop;' "$apps/mimeinfo.cache" 2>/dev/null; then
     if [ ! -f "$apps/mimeinfo.cache" ]; then record f "$apps/mimeinfo.cache"; fi
     update-desktop-database "$apps" >>"$LOG" 2>&1 || true
   fi
