@@ -185,6 +185,9 @@ def test_install_into_a_fresh_home_and_prefix(installed: Install) -> None:
     if shutil.which("desktop-file-validate"):
         check = subprocess.run(["desktop-file-validate", str(entry)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout
+    if shutil.which("update-desktop-database"):  # invitations (sapo://) open the app
+        cache = (entry.parent / "mimeinfo.cache").read_text()
+        assert "x-scheme-handler/sapo=sapo-swarm.desktop;" in cache.splitlines()
     torch_build = subprocess.run(
         [str(venv_bin / "python"), "-c", "import torch; print(torch.version.cuda)"], capture_output=True, text=True
     )
