@@ -23,9 +23,11 @@ For every group of a decoded peer record (records.py has already checked its sha
    completion only where they line up with our tokens (the same count as our tokenizer gives
    for the whole text): `Completion.sample_logprobs`, cut with the text, which the update's
    truncated importance sampling reads (trainer.py). Where they do not line up (another
-   tokenizer: `Verdict.unaligned` counts it) their sum is still the sender's log-prob of the
-   whole text: spread evenly over our tokens (`Completion.logprobs_spread`), it gives the update
-   a sequence-level ratio; a text we cut has no such sum and trains uncorrected.
+   tokenizer, or a sampled token sequence that our tokenizer splits otherwise when it re-encodes
+   the text, ~1 % of a same-model swarm's completions: `Verdict.unaligned` counts it) their sum
+   is still the sender's log-prob of the whole text: spread evenly over our tokens
+   (`Completion.logprobs_spread`), it gives the update a sequence-level ratio; a text we cut has
+   no such sum and trains uncorrected.
 
 Verification is bounded (`VerifyLimits`): a record may use `cpu_seconds` of this thread's CPU
 (exceeding it rejects the rest as `cpu_budget`, which is junk: a strike), and nothing is
