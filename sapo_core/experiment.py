@@ -12,27 +12,22 @@ arm its difference from the first over paired replicates (an isolated node, or a
 seed), with a 95 % t-interval (`sapo_core/experiment_report.py`). Writes `experiment.csv` (one row
 per seed, arm, node and round), `experiment.png` and `summary.txt`.
 
-Made affordable on a 2-core CPU (docs/experiment.md says what this simplifies):
-- the nodes of one arm live in one process and take their rounds in turn (round r of node 0,
-  1, ..., then round r + 1), so one round runs at a time on all cores;
-- they share the frozen base weights (one copy in memory, one LoRA each) and one llama.cpp
-  sampler, which swaps in each node's adapter before it samples;
-- sharing nodes form a real swarm on loopback (own identity and DHT each); a node gathers what
-  the others published in their latest round;
-- small rounds (I + J = 2 groups of G = 4, <= 64 tokens by default).
+Made affordable on a 2-core CPU (docs/experiment.md says what this simplifies): a run's nodes take
+their rounds in turn in one process, sharing the base weights and one llama.cpp sampler; sharing
+nodes form a real swarm on loopback (own identity and DHT each); small rounds (I + J = 2 groups of
+G = 4, <= 64 tokens by default). On a GPU or a many-core machine `--node-processes` gives every node
+a process of its own instead. How runs are run: `sapo_core/experiment_runs.py`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
+import functools
 import json
-import os
 import re
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +36,18 @@ from typing import Any
 from sapo_core import logs
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, ConfigError, NodeConfig, field_help
 from sapo_core.experiment_report import PLOT_NEEDS_MATPLOTLIB, read_rows, write_outputs
+from sapo_core.experiment_runs import (
+    STOP_GRACE_SECONDS,
+    log_prefix,
+    ordered,
+    raise_on_sigterm,
+    reset_stopping,
+    run_arm,
+    run_units,
+    stopping,
+)
 
-__all__ = ["Arm", "PLOT_NEEDS_MATPLOTLIB", "main", "node_config", "parse_arm", "parse_configs"]
+__all__ = ["Arm", "PLOT_NEEDS_MATPLOTLIB", "STOP_GRACE_SECONDS", "main", "node_config", "parse_arm", "parse_configs"]
 
 # --- arms -----------------------------------------------------------------------------------------
 
@@ -237,267 +242,6 @@ def node_config(args: argparse.Namespace, out: Path, seed: int, arm: Arm, index:
     return cfg.replace(**{"swarm.enabled": cfg.round.external_groups > 0})
 
 
-# --- running an arm -------------------------------------------------------------------------------
-
-
-class SharedSampler:
-    """One sampler for several nodes: `view(node)` is what a node samples through; before a node
-    samples (or syncs), the sampler is made to follow that node's policy (its LoRA swapped in)."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.owner: Any = None
-
-    def view(self, node) -> _SamplerView:
-        return _SamplerView(self, node)
-
-
-class _SamplerView:
-    def __init__(self, shared: SharedSampler, node) -> None:
-        self.shared, self.node, self.name = shared, node, shared.inner.name
-
-    def sync_policy(self, policy) -> None:
-        if self.shared.owner is not self:
-            self.shared.owner = self
-            self.shared.inner.synced_version = None  # another node's adapter is loaded: export ours
-        self.shared.inner.sync_policy(policy)
-
-    def sample(self, prompts, seeds, params, hooks):
-        if self.shared.owner is not self:
-            self.sync_policy(self.node.policy)
-        return self.shared.inner.sample(prompts, seeds, params, hooks)
-
-    def set_threads(self, n: int) -> None:
-        self.shared.inner.set_threads(n)
-
-    def close(self) -> None:
-        return None  # the experiment closes the shared sampler once
-
-
-def share_frozen_weights(dst_model, src_model) -> int:
-    """Point dst's frozen parameters at src's (the same base weights): one copy in memory."""
-    src = dict(src_model.named_parameters())
-    shared = 0
-    for name, p in dst_model.named_parameters():
-        q = src.get(name)
-        if not p.requires_grad and q is not None and q.shape == p.shape and q.dtype == p.dtype:
-            p.data = q.data
-            shared += 1
-    return shared
-
-
-_node_tag = ""  # the node whose call runs now: its log lines say which it is (one process, round-robin)
-
-
-def _log_prefix() -> str:
-    return f"[{_node_tag}] " if _node_tag else "sapo-experiment: "
-
-
-_PER_DATASET = re.compile(r"eval/([a-z0-9_]+)/solve_rate")
-
-
-def _row(seed: int, arm: str, sharing: bool, i: int, r: int, m: dict[str, float]) -> dict:
-    row = {
-        "seed": seed,
-        "arm": arm,
-        "sharing": int(sharing),
-        "node": i,
-        "round": r,
-        "reward_mean": m.get("reward/mean", 0.0),
-        "solve_rate": m.get("accuracy/mean", 0.0),
-        "groups_local_with_signal": m.get("groups/local_with_signal", 0.0),
-        "groups_external": m.get("groups/external", 0.0),
-        "groups_trained": m.get("groups/trained", 0.0),
-        "round_seconds": m.get("time/round", 0.0),
-        "train_tokens": m.get("train/tokens", 0.0),
-        "eval_solve_rate": m.get("eval/solve_rate", ""),
-        "eval_solve_rate_base": m.get("eval/solve_rate_base", ""),
-    }
-    for key, value in m.items():  # the start-level held-out rate per dataset
-        match = _PER_DATASET.fullmatch(key)
-        if match:
-            row[f"eval_solve_rate_{match.group(1)}"] = value
-    return row
-
-
-def run_arm(args: argparse.Namespace, out: Path, seed: int, arm: Arm) -> list[dict]:
-    """args.nodes nodes of one arm in this process, round-robin; their rows."""
-    global _node_tag
-    from sapo_core import paths
-    from sapo_core.node import Node
-    from sapo_core.sampler import make_sampler
-
-    label = arm.name
-    nodes: list[Any] = []
-    shared: SharedSampler | None = None
-    rows: list[dict] = []
-
-    def factory(node):
-        nonlocal shared
-        if shared is None:
-            inner, _ = make_sampler(node.cfg.sampler, node.policy, paths.cache_dir())
-            if inner.name != "llamacpp":
-                return inner  # transformers samples from the node's own model: nothing to share
-            shared = SharedSampler(inner)
-        return shared.view(node)
-
-    if not logs.installed():  # a child of --jobs: spawned, it starts without the handler
-        logs.to_stderr(prefix=_log_prefix)
-    try:
-        join = None
-        for i in range(args.nodes):
-            _node_tag = f"s{seed} {label} n{i}"
-            node = Node(node_config(args, out, seed, arm, i, join), sampler_factory=factory)
-            node.setup()
-            if nodes:
-                share_frozen_weights(node.policy.model, nodes[0].policy.model)
-            elif node.source is not None:
-                join = node.source.join_address
-            nodes.append(node)
-        for r in range(1, args.rounds + 1):
-            for i, node in enumerate(nodes):
-                _node_tag = f"s{seed} {label} n{i}"
-                m = node.run_round(final=r == args.rounds)
-                rows.append(_row(seed, label, node.cfg.swarm.enabled, i, r, m))
-                held = f", held-out {m['eval/solve_rate']:.3f}" if "eval/solve_rate" in m else ""
-                print(
-                    f"[seed {seed} {label} node{i}] round {r}/{args.rounds}: solved {m.get('accuracy/mean', 0):.3f}, "
-                    f"external {m.get('groups/external', 0):.0f}, {m.get('time/round', 0):.1f} s{held}",
-                    flush=True,
-                )
-    finally:
-        for node in nodes:
-            node.close()
-        if shared is not None:
-            shared.inner.close()
-        _node_tag = ""
-    return rows
-
-
-def _run_in_processes(
-    args: argparse.Namespace,
-    out: Path,
-    units: list[tuple[int, Arm]],
-    title: str,
-    arms: list[Arm],
-    specs: dict[str, str],
-) -> list[dict]:
-    """Each (seed, arm) run in a process of its own, `args.jobs` at a time. Runs share nothing but
-    the base model's cached evaluation (written atomically) and identity files, which only sharing
-    arms read; two runs of one seed at once would race to create them, so they are created here
-    first. Spawned, not forked: the children load torch themselves."""
-    import concurrent.futures as cf
-    import multiprocessing
-
-    from sapo_core.swarm.identity import load_or_create_identity
-
-    names = [a.name for a in arms]
-    for seed, arm in units:
-        if node_config(args, out, seed, arm, 0, None).swarm.enabled:
-            for i in range(args.nodes):
-                load_or_create_identity(Path(node_config(args, out, seed, arm, i, None).swarm.identity_path))
-    rows: list[dict] = []
-    failed = []
-    pool = cf.ProcessPoolExecutor(
-        max_workers=args.jobs,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_child_init,
-        initargs=(os.getpid(),),
-    )
-    try:
-        futures = {pool.submit(_run_arm_child, args, out, *unit): unit for unit in units}
-        for future in cf.as_completed(futures):
-            seed, arm = futures[future]
-            try:
-                rows += future.result()
-            except Exception as e:  # one failed run must not lose the others' rows
-                failed.append(f"seed {seed} {arm.name}: {type(e).__name__}: {e}")
-                print(f"sapo-experiment: seed {seed} {arm.name} failed: {e}", file=sys.stderr, flush=True)
-            write_outputs(_ordered(rows, names), out, title, names, specs)
-    except BaseException:  # SIGTERM or Ctrl-C: no run may go on without us
-        pool.shutdown(wait=False, cancel_futures=True)
-        _stop_children(grace=STOP_GRACE_SECONDS)
-        raise
-    pool.shutdown()
-    if failed:
-        raise SystemExit("sapo-experiment: runs failed (the others' rows are in experiment.csv): " + "; ".join(failed))
-    return _ordered(rows, names)
-
-
-# how long a run has to close its nodes (sampler engines, p2pd daemons) once asked to stop
-STOP_GRACE_SECONDS = 30.0
-_stopping = False
-
-
-def _raise_on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM (`kill`, a scheduler's stop) unwinds as Ctrl-C does, so every node closes; a
-    second one while that runs is ignored, so the closing itself is not cut short."""
-    global _stopping
-    if _stopping:
-        return
-    _stopping = True
-    raise SystemExit(128 + signum)
-
-
-def _child_init(parent: int) -> None:
-    """A --jobs process: stop as the experiment does on SIGTERM, and stop by itself when the
-    experiment is gone without telling it (killed with SIGKILL): an orphaned run would go on
-    for the rest of its rounds on cores nobody is watching."""
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(STOP_GRACE_SECONDS)  # the round thread is stuck: take its processes down
-        _stop_children(grace=0.0)
-        os._exit(128 + signal.SIGTERM)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _run_arm_child(args: argparse.Namespace, out: Path, seed: int, arm: Arm) -> list[dict]:
-    """run_arm in a --jobs process. Once told to stop, the process ends after the run has closed
-    its nodes: the pool would otherwise hand it the next (seed, arm) already queued."""
-    if _stopping:
-        os._exit(128 + signal.SIGTERM)
-    try:
-        return run_arm(args, out, seed, arm)
-    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group
-        os._exit(128 + signal.SIGINT)
-    except BaseException:
-        if _stopping:
-            os._exit(128 + signal.SIGTERM)
-        raise
-
-
-def _stop_children(grace: float) -> None:
-    """SIGTERM to this process's children (each closes its nodes), then after `grace` seconds
-    SIGKILL to every descendant still there, the ones a dead child left behind included (they
-    are listed before anything is signalled: an orphan no longer shows as ours)."""
-    import psutil
-
-    me = psutil.Process()
-    try:
-        everyone = me.children(recursive=True)
-        children = me.children()
-    except psutil.Error:
-        return
-    for p in children:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    psutil.wait_procs(children, timeout=grace)
-    for p in everyone:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(everyone, timeout=5.0)
-
-
-def _ordered(rows: list[dict], arms: list[str]) -> list[dict]:
-    """The rows in the order one process writes them: seed, arm, round, node."""
-    return sorted(rows, key=lambda r: (r["seed"], arms.index(r["arm"]), r["round"], r["node"]))
-
-
 # --- the command ----------------------------------------------------------------------------------
 
 
@@ -549,6 +293,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="(seed, arm) runs at once, each in its own process (on 2 cores: --jobs 2 --threads 1, one run per core)",
     )
+    p.add_argument(
+        "--node-processes",
+        action="store_true",
+        help="every node in a process of its own, at its own pace, with its own model (a GPU or a many-core "
+        "machine; --jobs runs at once, so --jobs x --nodes processes); default: a run's nodes take their "
+        "rounds in turn in one process and share the base weights and the sampler",
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=0.0,
+        help="a node stops taking rounds once this many minutes have passed since its first round (at most "
+        "--rounds) and is evaluated after its last one; 0: exactly --rounds",
+    )
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--out", default="", help="output directory (default: experiment-<time> here)")
     p.add_argument(
@@ -586,7 +344,7 @@ def _from_csv(args: argparse.Namespace) -> int:
     # the first file's title names its own seed count: say the merged one
     title = re.sub(r" x \d+ seeds?\b", f" x {len(seeds)} seeds", title or "SAPO experiment")
     title = f"{title} (seeds {', '.join(map(str, seeds))} from {len(args.from_csv)} file(s))"
-    for line in write_outputs(_ordered(rows, names), out, title, names, specs):
+    for line in write_outputs(ordered(rows, names), out, title, names, specs):
         print(line)
     return 0
 
@@ -594,7 +352,7 @@ def _from_csv(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.apply_level_argument(args)
-    logs.to_stderr(prefix=_log_prefix)
+    logs.to_stderr(prefix=log_prefix)
     if args.from_csv:
         return _from_csv(args)
     arms = _arms(args)
@@ -607,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.nodes < 1 or args.rounds < 1 or args.seeds < 1:
         raise SystemExit("--nodes, --rounds and --seeds must be at least 1")
+    if args.minutes < 0:
+        raise SystemExit("--minutes must be >= 0 (0: exactly --rounds)")
     args.stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or f"experiment-{args.stamp}").resolve()
     specs = check_arms(args, arms, out)  # before anything runs or is written
@@ -624,18 +384,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     seeds = range(args.seed, args.seed + args.seeds)
     units = [(seed, arm) for seed in seeds for arm in arms]
-    global _stopping
-    _stopping = False
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    config_of = functools.partial(node_config, args, out)
+    reset_stopping()
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
-        if args.jobs <= 1:
+        if args.jobs <= 1 and not args.node_processes:
             for seed, arm in units:
-                rows += run_arm(args, out, seed, arm)
+                rows += run_arm(args, config_of, seed, arm)
                 write_outputs(rows, out, title, names, specs)  # keep what is done if a later run fails
         else:
-            rows = _run_in_processes(args, out, units, title, arms, specs)
+            rows = run_units(args, config_of, out, units, title, arms, specs)
     except (SystemExit, KeyboardInterrupt) as e:
-        if _stopping or isinstance(e, KeyboardInterrupt):
+        if stopping() or isinstance(e, KeyboardInterrupt):
             print(
                 f"sapo-experiment: stopped; the runs that had finished are in {out / 'experiment.csv'}",
                 file=sys.stderr,

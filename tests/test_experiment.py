@@ -414,3 +414,49 @@ def test_a_stopped_experiment_leaves_no_run_behind(tmp_path, data_dir, how):
         proc.wait(timeout=10)
     gone, alive = psutil.wait_procs(tree, timeout=STOP_GRACE_SECONDS + 20)
     assert not alive, [p.pid for p in alive]
+
+
+@pytest.mark.network
+def test_every_node_in_its_own_process(tmp_path, data_dir):
+    """--node-processes: each node of a run is a spawned process at its own pace; the sharing run's
+    nodes meet through node 0's address, and the rows are those the in-turn run would write."""
+    out = tmp_path / "out"
+    argv = [*_DRY, "--seeds", "1", "--configs", "1/0,1/1", "--eval-every", "0", "--node-processes", "--out", str(out)]
+    assert main(argv) == 0
+    with open(out / "experiment.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["arm"], r["round"], r["node"]) for r in rows] == [
+        (c, str(r), str(n)) for c in ("1/0", "1/1") for r in (1, 2) for n in (0, 1)
+    ]
+    assert all(r["eval_solve_rate"] != "" for r in rows if r["round"] == "2")
+    run = out / "runs" / "seed0-1-1"
+    assert (run / "node1" / "config.toml").is_file()
+    joined = tomllib.loads((run / "node1" / "config.toml").read_text())["swarm"]["initial_peers"]
+    assert len(joined) == 1 and joined[0] == next(run.glob("join-*")).read_text()
+
+
+@pytest.mark.network
+def test_a_node_that_fails_stops_its_runs_others_from_waiting(tmp_path, data_dir):
+    """Node 0 of the sharing run cannot start (its run directory is a file): node 1, waiting for
+    its address, gives up at once instead of after JOIN_WAIT_SECONDS, and the experiment says
+    which run failed."""
+    out = tmp_path / "out"
+    (out / "runs" / "seed0-1-1").mkdir(parents=True)
+    (out / "runs" / "seed0-1-1" / "node0").write_text("in the way")
+    argv = [*_DRY, "--seeds", "1", "--configs", "1/1", "--node-processes", "--out", str(out)]
+    started = time.monotonic()
+    with pytest.raises(SystemExit, match="seed 0 1/1: FileExistsError") as e:
+        main(argv)
+    assert "node0 failed" in str(e.value)
+    assert time.monotonic() - started < 120
+
+
+def test_minutes_end_a_run_early_with_a_final_evaluation(tmp_path, data_dir):
+    """--minutes: past it the nodes take no further round and are evaluated after their last."""
+    out = tmp_path / "out"
+    argv = [*_DRY, "--rounds", "50", "--seeds", "1", "--arm", "base:", "--minutes", "0.001", "--out", str(out)]
+    assert main(argv) == 0
+    with open(out / "experiment.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["round"] for r in rows} == {"1"}
+    assert all(r["eval_solve_rate"] != "" for r in rows)

@@ -8,6 +8,10 @@ G copies of every prompt decode together.
 Seeds: `generate` draws from one global generator, so a call is reproducible from the
 prompts' seeds, but a sequence's tokens depend on the batch it was in (llama.cpp's backend
 seeds each sequence on its own).
+
+The sampled tokens' log-probs are read one step behind the decoding (`_ChosenLogprobs`), so only
+one step's vocabulary-wide scores are held at a time: `output_scores` would keep every step's,
+gigabytes for a GPU-sized batch. A batch holds at most 64 sequences on the CPU and 256 on a GPU.
 """
 
 from __future__ import annotations
@@ -34,11 +38,55 @@ class _CheckpointCriteria:
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
+class _ChosenLogprobs:
+    """A LogitsProcessor that keeps each step's log-softmax until the next step shows which token
+    was drawn, and then only that token's log-prob: (B,) a step instead of (B, V). generate runs
+    our processors before its temperature and top-p warpers, so it applies the same two itself:
+    the log-probs of the distribution the tokens were drawn from."""
+
+    def __init__(self, temperature: float, top_p: float) -> None:
+        from transformers import TopPLogitsWarper
+
+        self.temperature = temperature
+        self._top_p = TopPLogitsWarper(top_p=top_p) if top_p < 1.0 else None
+        self.picked: list[torch.Tensor] = []  # per step: (B,) log-prob of the drawn token
+        self._pending: torch.Tensor | None = None  # (B, V) the last step's log-softmax
+        self._width: int | None = None  # the prompt's padded length
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self._width is None:
+            self._width = input_ids.shape[1]
+        self._take(input_ids)
+        warped = scores.float() / self.temperature
+        if self._top_p is not None:
+            warped = self._top_p(input_ids, warped)
+        self._pending = torch.log_softmax(warped, dim=-1)
+        return scores
+
+    def _take(self, sequences: torch.Tensor) -> None:
+        if self._pending is not None:
+            drawn = sequences[:, self._width + len(self.picked)]  # (B,)
+            self.picked.append(self._pending.gather(1, drawn[:, None]).squeeze(1))
+            self._pending = None
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """(B, T) log-probs of the drawn tokens, once generate has returned its sequences."""
+        if sequences.shape[1] > (self._width or 0) + len(self.picked):
+            self._take(sequences)
+        if not self.picked:
+            return torch.zeros((sequences.shape[0], 0))
+        return torch.stack(self.picked, dim=1)
+
+
 class TransformersSampler:
     name = "transformers"
 
-    def __init__(self, policy: Policy, max_batch_sequences: int = 64) -> None:
+    def __init__(self, policy: Policy, max_batch_sequences: int = 0) -> None:
+        """`max_batch_sequences`: sequences decoded together (0: 256 on a GPU, 64 on the CPU)."""
         self.policy = policy
+        if not max_batch_sequences:
+            on_gpu = next(policy.model.parameters()).device.type == "cuda"
+            max_batch_sequences = 256 if on_gpu else 64
         self.max_batch_sequences = max_batch_sequences
 
     def sample(
@@ -55,7 +103,7 @@ class TransformersSampler:
     def _sample_batch(
         self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams, hooks: RoundHooks
     ) -> list[list[SampledSequence]]:
-        from transformers import StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         model, tok = self.policy.model, self.policy.tokenizer
         pad = tok.pad_token_id
@@ -70,6 +118,7 @@ class TransformersSampler:
         eos = list(params.stop_token_ids or self.policy.eos_ids)
         model.eval()
         device = next(model.parameters()).device
+        chosen = _ChosenLogprobs(params.temperature, params.top_p)
         with torch.inference_mode():
             gen = model.generate(
                 input_ids=ids.to(device),
@@ -82,24 +131,16 @@ class TransformersSampler:
                 num_return_sequences=params.n,
                 eos_token_id=eos,
                 pad_token_id=pad,
-                output_scores=True,
+                logits_processor=LogitsProcessorList([chosen]),
                 return_dict_in_generate=True,
                 use_cache=True,
                 stopping_criteria=StoppingCriteriaList(
                     [_CheckpointCriteria(hooks, len(prompts) * params.n * params.max_new_tokens)]
                 ),
             )
-        new = gen.sequences[:, width:]  # (P*G, T), on the model's device
-        steps = len(gen.scores)
-        # one step at a time: (P*G, T, V) log-probs at once would be GBs
-        picked = torch.stack(
-            [
-                torch.log_softmax(sc.float(), dim=-1).gather(1, new[:, t : t + 1]).squeeze(1)
-                for t, sc in enumerate(gen.scores)
-            ],
-            dim=1,
-        ).cpu()  # (P*G, T)
-        new = new.cpu()
+            picked = chosen.finish(gen.sequences).cpu()  # (P*G, T)
+        new = gen.sequences[:, width:].cpu()  # (P*G, T)
+        steps = picked.shape[1]
         out: list[list[SampledSequence]] = []
         eos_set = set(eos)
         for i in range(len(prompts)):
