@@ -1,8 +1,10 @@
 """The dashboard's headline: is the model getting better (held-out), and what did I give.
 
 - Held-out card: "held-out: 0.10 at start -> 0.27 now (+0.17, ±0.07)" from the `eval/*`
-  figures (`sapo_core/evaluation.py`), "no evaluation yet" before the first one. Training reward is not a
-  measure of progress (it moves with the draw of questions and the curriculum).
+  figures (`sapo_core/evaluation.py`), "no evaluation yet" before the first one: the start level's
+  questions (the figure every earlier result compares with); below it, where measured, every
+  level's ("capability": easy to hard alike). Training reward is not a measure of progress (it
+  moves with the draw of questions and the curriculum).
 - Contribution card: CPU-hours, rounds and time running today, and the peers' receipts
   ("your groups were trained on N times by M peers this week"): the same figures as
   `sapo-node stats`, computed from the run store on a thread after each round.
@@ -57,7 +59,13 @@ def held_out_text(history: RoundHistory) -> tuple[str, str]:
         verdict = "worse than the base model so far"
     else:
         verdict = "not yet distinguishable from the base model"
-    return words, f"share of held-out questions solved, round {h.round:,}: {verdict}"
+    detail = f"share of held-out questions at the start level solved, round {h.round:,}: {verdict}"
+    if "eval/capability" in history.series:
+        now = history.last("eval/capability")
+        base = history.last("eval/capability_base")
+        was = "" if math.isnan(base) else f"{base:.2f} at start -> "
+        detail += f"<br>every level, easy to hard (capability): {was}{now:.2f} now"
+    return words, detail
 
 
 def _duration(seconds: float) -> str:

@@ -107,6 +107,13 @@ class TaskConfig:
     curriculum_window: int = _help(
         "Own completions per dataset the rolling accuracy covers; a level changes only on a full window.", 64
     )
+    curriculum_rule: str = _help(
+        "'step': a dataset sits on one level, raised at curriculum_raise, lowered at curriculum_lower. 'band': "
+        "each question draws its level in proportion to how often that level's recent groups had reward spread "
+        "(the next level unlocks at curriculum_raise; levels without spread are only probed): the round goes "
+        "where there is something to learn (sapo_core/curriculum.py).",
+        "step",
+    )
     curriculum_raise: float = _help("Rolling accuracy (share fully right) at which a dataset's level rises.", 0.5)
     curriculum_lower: float = _help("Rolling accuracy at or below which a raised level falls back.", 0.02)
     prompt: str = _help(
@@ -149,6 +156,7 @@ class TaskConfig:
             _check(name in PAPER_SPECIALTIES, f"tasks.levels.{name}", "is not a known dataset")
             _check(level in LEVEL_NAMES, f"tasks.levels.{name}", f"'{level}' is not one of " + ", ".join(LEVEL_NAMES))
         _check(self.curriculum_window >= 1, "tasks.curriculum_window", "must be at least 1")
+        _check(self.curriculum_rule in ("step", "band"), "tasks.curriculum_rule", "must be step or band")
         _check(
             0 <= self.curriculum_lower < self.curriculum_raise <= 1,
             "tasks.curriculum_lower",
@@ -231,6 +239,12 @@ class TrainConfig:
         "tokens when answers are short next to the prompt.",
         True,
     )
+    prompt_grad: bool = _help(
+        "Backpropagate through the prompt (true: the exact gradient) or run each group's prompt once per "
+        "step without gradient, its keys and values reused by the completions (false: the same log-probs, "
+        "fewer tokens through the backward; the gradient through the prompt's keys and values is left out).",
+        True,
+    )
     peer_correction: str = _help(
         "Off-policy correction of peers' completions: none (trained as if ours, the SAPO paper) or tis "
         "(F-TIS: each peer token weighted by min(our prob / the peer sampler's, peer_ratio_cap), and "
@@ -268,12 +282,19 @@ class RoundConfig:
     auto_scale: bool = _help("Shrink I, J and G where this machine cannot finish a round in time.", True)
     target_round_seconds: float = _help("Round length auto_scale aims for.", 240.0)
     max_rounds: int = _help("Stop after this many rounds in total (0 = run until stopped).", 0)
+    refill_passes: int = _help(
+        "Dynamic sampling (DAPO): while fewer than I of our groups have reward spread, draw as many new "
+        "questions as are missing, at most this many times a round (0 = off). Groups without spread teach "
+        "nothing; this fills the update with ones that do, at the cost of more sampling.",
+        0,
+    )
 
     def __post_init__(self) -> None:
         _check(self.local_groups >= 1, "round.local_groups", "must be at least 1")
         _check(self.external_groups >= 0, "round.external_groups", "must be >= 0")
         _check(self.target_round_seconds > 0, "round.target_round_seconds", "must be positive")
         _check(self.max_rounds >= 0, "round.max_rounds", "must be >= 0")
+        _check(0 <= self.refill_passes <= 8, "round.refill_passes", "must be 0..8")
 
 
 REACHABILITY_MODES = ("auto", "reachable", "unreachable")
@@ -541,6 +562,12 @@ class EvalConfig:
     questions: int = _help(
         "Held-out questions per dataset and level (training skips every one of them; at most 512).", 32
     )
+    level_questions: int = _help(
+        "Held-out questions per dataset at each level above the start level, for the all-levels figure "
+        "(eval/capability: what the model can do at every level, not only where it started); 0 = none. "
+        "At most eval.questions of them are used: training skips the first eval.questions of every level.",
+        16,
+    )
     samples: int = _help("Completions per held-out question at the training temperature, k.", 4)
     greedy: bool = _help("Also one greedy completion per question (eval/greedy_solve_rate).", True)
 
@@ -548,6 +575,7 @@ class EvalConfig:
         _check(self.every_rounds >= 0, "eval.every_rounds", "must be >= 0")
         _check(0 < self.max_share <= 1, "eval.max_share", "must be in (0, 1]")
         _check(1 <= self.questions <= 512, "eval.questions", "must be 1..512")
+        _check(0 <= self.level_questions <= 512, "eval.level_questions", "must be 0..512")
         _check(1 <= self.samples <= 64, "eval.samples", "must be 1..64")
 
 

@@ -13,7 +13,16 @@ curriculum's level), so the node measures a fixed set of questions no node ever 
   The seed is a constant: every node evaluates the same questions, so their figures compare.
 - The measure: k completions per question at the training temperature (the solve rate: share of
   completions fully right; the mean reward under the node's reward setting) and one greedy one,
-  at the start level and, once the curriculum has moved a dataset up, at its current level too.
+  at the start level: `eval/solve_rate`, the figure every earlier result is comparable with.
+- Every level too: `eval.level_questions` questions per dataset at each level above the start
+  level (k completions, no greedy), one cell per (dataset, level). `eval/capability` is the mean
+  of all cells' solve rates, the start level's included, each cell weighing alike: a node that
+  learns medium questions shows it there, and one that forgets easy ones while climbing shows
+  that. Its gain's 95 % interval is a paired bootstrap over questions within each cell. 16
+  questions x 4 completions a cell: a cell's solve rate then has a standard error of at most about
+  0.07 over questions, the mean of nine cells about 0.025, under the +0.05 changes a recipe must
+  show (docs/experiment.md, 'How many held-out questions'). The curriculum's current level is one
+  of these cells (`eval/<dataset>/level_solve_rate`, `eval/level_solve_rate`).
 - Against the base model: the same questions, the same per-question seeds (common random
   numbers: the pair differs only by the weights), measured once per (model, set, settings) and
   cached in the cache directory. The gain's 95 % interval is a paired bootstrap over questions.
@@ -135,6 +144,9 @@ class EvalSettings:
         """eval.samples and eval.greedy, at the node's own sampling settings."""
         s = cfg.sampler
         return cls(cfg.eval.samples, cfg.eval.greedy, s.temperature, s.top_p, s.max_new_tokens)
+
+    def without_greedy(self) -> EvalSettings:
+        return EvalSettings(self.samples, False, self.temperature, self.top_p, self.max_new_tokens, self.seed)
 
 
 def _question_seed(settings: EvalSettings, question: Question) -> int:
@@ -339,19 +351,78 @@ def start_levels(tasks: TaskSet) -> dict[str, int]:
     return {d: level_names(d).index(start_level(d, cfg.levels.get(d, cfg.difficulty))) for d in tasks.datasets}
 
 
-class Evaluator:
-    """The node's held-out evaluation: the start-level set against the base model (cached), and
-    the current curriculum level where the curriculum has moved a dataset."""
+@dataclass(frozen=True)
+class Cell:
+    """One (dataset, level) of the all-levels set: its questions are `count` consecutive ones."""
 
-    def __init__(self, tasks: TaskSet, settings: EvalSettings, per_dataset: int, cache_dir: Path) -> None:
+    dataset: str
+    level: int
+    start: int  # its first question's position in its set
+    count: int
+
+    @property
+    def level_name(self) -> str:
+        from sapo_core.config import LEVEL_NAMES
+
+        return LEVEL_NAMES[self.level]
+
+
+def upper_cells(datasets: Sequence[str], start: dict[str, int], per_level: int) -> list[Cell]:
+    """The cells above each dataset's start level, `per_level` questions each, in set order."""
+    cells, pos = [], 0
+    for d in datasets:
+        for level in range(start[d] + 1, len(LEVELS[d])):
+            cells.append(Cell(d, level, pos, per_level))
+            pos += per_level
+    return cells
+
+
+def cell_questions(cells: Sequence[Cell]) -> list[Question]:
+    return [eval_question(c.dataset, c.level, i) for c in cells for i in range(c.count)]
+
+
+def capability(
+    cells: Sequence[tuple[list[float], list[float] | None]], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> dict[str, float]:
+    """The all-levels figure from each cell's per-question solve rates (current, and the base's or
+    None): the mean of the cells' means, each cell alike; with the base, the gain and its 95 %
+    interval from a paired bootstrap that resamples questions within each cell."""
+    current = [sum(c) / len(c) for c, _ in cells]
+    out = {"eval/capability": sum(current) / len(current)}
+    if any(b is None for _, b in cells):
+        return out
+    base = [sum(b) / len(b) for _, b in cells]
+    out["eval/capability_base"] = sum(base) / len(base)
+    diffs = [[x - y for x, y in zip(c, b)] for c, b in cells]  # per cell, per question
+    rng = random.Random(seed)
+    means = sorted(
+        sum(sum(d[rng.randrange(len(d))] for _ in d) / len(d) for d in diffs) / len(diffs) for _ in range(resamples)
+    )
+    out["eval/capability_gain"] = out["eval/capability"] - out["eval/capability_base"]
+    out["eval/capability_gain_ci_low"] = means[int(0.025 * (resamples - 1))]
+    out["eval/capability_gain_ci_high"] = means[int(round(0.975 * (resamples - 1)))]
+    return out
+
+
+class Evaluator:
+    """The node's held-out evaluation: the start-level set against the base model, and every level
+    above it (the all-levels cells), each against the base model's result (cached)."""
+
+    def __init__(
+        self, tasks: TaskSet, settings: EvalSettings, per_dataset: int, cache_dir: Path, per_level: int = 0
+    ) -> None:
         self.tasks = tasks
         self.settings = settings
         self.per_dataset = per_dataset
         self.cache_dir = Path(cache_dir)
         self.start = start_levels(tasks)
         self.questions = eval_set(tasks.datasets, self.start, per_dataset)
+        self.cells = upper_cells(tasks.datasets, self.start, per_level) if per_level else []
+        self.upper_questions = cell_questions(self.cells)
         self.base: EvalScores | None = None
+        self.upper_base: EvalScores | None = None
         self.last: EvalScores | None = None  # the policy's latest result on the start-level set
+        self.last_upper: EvalScores | None = None
 
     def run(self, sampler, policy, hooks: RoundHooks) -> dict[str, float]:
         """Measure the policy as the sampler now follows it; the base model first if not cached."""
@@ -363,39 +434,81 @@ class Evaluator:
         )
         self.last = current
         m = summarize(current, base)
-        levels = {d: self.tasks.curriculum.level(d) for d in self.tasks.datasets}
-        moved = [d for d in self.tasks.datasets if levels[d] != self.start[d]]
-        solved = {
-            d: [x for s, ds in zip(current.solved, current.datasets) if ds == d for x in s] for d in self.tasks.datasets
-        }
-        if moved:
-            above = measure(
-                sampler, policy, self.tasks, eval_set(moved, levels, self.per_dataset), self.settings, hooks
+        upper = None
+        if self.cells:
+            upper_base = self.upper_base
+            upper = (
+                upper_base
+                if (upper_base is not None and policy.version == 0)
+                else measure(sampler, policy, self.tasks, self.upper_questions, self.settings.without_greedy(), hooks)
             )
-            for d in moved:
-                solved[d] = [x for s, ds in zip(above.solved, above.datasets) if ds == d for x in s]
-                m[f"eval/{d}/level_solve_rate"] = _mean(solved[d])
-        m["eval/level_solve_rate"] = _mean([x for d in self.tasks.datasets for x in solved[d]])
+            self.last_upper = upper
+            m.update(self._cell_figures(current, base, upper, upper_base))
+        m.update(self._level_figures(current, upper))
+        return m
+
+    def _cell_figures(
+        self, current: EvalScores, base: EvalScores | None, upper: EvalScores, upper_base: EvalScores | None
+    ) -> dict[str, float]:
+        """Per (dataset, level) solve rates, and the capability figure over every cell."""
+        m: dict[str, float] = {}
+        cells: list[tuple[list[float], list[float] | None]] = []
+        for d in self.tasks.datasets:  # the start level's cell: the start-level set's questions
+            idx = [i for i, ds in enumerate(current.datasets) if ds == d]
+            cur = [current.per_question[i] for i in idx]
+            cells.append((cur, [base.per_question[i] for i in idx] if base is not None else None))
+            m[f"eval/{d}/{Cell(d, self.start[d], 0, 0).level_name}/solve_rate"] = _mean(cur)
+        for c in self.cells:
+            cur = upper.per_question[c.start : c.start + c.count]
+            was = upper_base.per_question[c.start : c.start + c.count] if upper_base is not None else None
+            cells.append((cur, was))
+            m[f"eval/{c.dataset}/{c.level_name}/solve_rate"] = _mean(cur)
+        m.update(capability(cells))
+        return m
+
+    def _level_figures(self, current: EvalScores, upper: EvalScores | None) -> dict[str, float]:
+        """The solve rate at each dataset's current curriculum level (`eval/level_solve_rate`)."""
+        m: dict[str, float] = {}
+        rates = []
+        for d in self.tasks.datasets:
+            level = self.tasks.curriculum.level(d)
+            cell = next((c for c in self.cells if (c.dataset, c.level) == (d, level)), None)
+            if level == self.start[d] or cell is None or upper is None:
+                solved = [x for s, ds in zip(current.solved, current.datasets) if ds == d for x in s]
+            else:
+                solved = [x for s in upper.solved[cell.start : cell.start + cell.count] for x in s]
+            if level != self.start[d]:
+                m[f"eval/{d}/level_solve_rate"] = _mean(solved)
+            rates.extend(solved)
+        m["eval/level_solve_rate"] = _mean(rates)
         return m
 
     def _base(self, sampler, policy, hooks: RoundHooks) -> EvalScores | None:
         if self.base is not None:
             return self.base
-        path = base_cache_path(self.cache_dir, policy, self.questions, self.settings, self.tasks, sampler.name)
-        self.base = load_cached(path, self.questions)
-        if self.base is not None:
-            return self.base
+        self.base = self._base_of(self.questions, self.settings, sampler, policy, hooks)
+        if self.cells:
+            self.upper_base = self._base_of(
+                self.upper_questions, self.settings.without_greedy(), sampler, policy, hooks
+            )
+        return self.base
+
+    def _base_of(self, questions, settings: EvalSettings, sampler, policy, hooks: RoundHooks) -> EvalScores | None:
+        path = base_cache_path(self.cache_dir, policy, questions, settings, self.tasks, sampler.name)
+        cached = load_cached(path, questions)
+        if cached is not None:
+            return cached
         if policy.version == 0:
-            self.base = measure(sampler, policy, self.tasks, self.questions, self.settings, hooks)
+            scores = measure(sampler, policy, self.tasks, questions, settings, hooks)
         elif policy.lora:
             log.info("measuring the base model on the held-out set (not in the cache)")
             with base_weights(policy, sampler):
-                self.base = measure(sampler, policy, self.tasks, self.questions, self.settings, hooks)
+                scores = measure(sampler, policy, self.tasks, questions, settings, hooks)
         else:
             log.warning("no cached base result and full fine-tuning keeps no base weights: no gain figure")
             return None
-        save_cached(path, self.base)
-        return self.base
+        save_cached(path, scores)
+        return scores
 
 
 def eval_within_share(last_eval_seconds: float, rounds_seconds_since: float, share: float) -> bool:
@@ -417,6 +530,9 @@ def held_out_line(m: dict[str, float], untrained: bool) -> str:
 
 __all__ = [
     "Evaluator",
+    "Cell",
+    "upper_cells",
+    "capability",
     "start_levels",
     "EVAL_SEED",
     "MAX_EVAL_QUESTIONS",

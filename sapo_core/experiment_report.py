@@ -38,12 +38,14 @@ CSV_FIELDS = (
     "train_tokens",
     "eval_solve_rate",
     "eval_solve_rate_base",
+    "eval_capability",
+    "eval_capability_base",
 )
 # then one `eval_solve_rate_<dataset>` column per dataset evaluated (the node's `eval/<dataset>/solve_rate`)
 DATASET_PREFIX = "eval_solve_rate_"
 _INT_FIELDS = ("seed", "sharing", "node", "round")
 # columns an experiment.csv written before arms may lack (filled with "" when read)
-_OPTIONAL_FIELDS = ("sharing", "train_tokens")
+_OPTIONAL_FIELDS = ("sharing", "train_tokens", "eval_capability", "eval_capability_base")
 
 # two-sided 95 % quantiles of Student's t by degrees of freedom (larger: the normal's 1.96)
 _T975 = {
@@ -304,6 +306,11 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
                 if xs:
                     parts.append(f"{_short(c)} {statistics.fmean(xs):.3f}")
             lines.append("  per dataset: " + ", ".join(parts))
+        caps = unit_values(final_values(rows, "eval_capability"), arm, sharing.get(arm, False))
+        if caps:
+            cm, clo, chi = mean_ci(list(caps.values()))
+            cint = interval_words(clo, chi, len(caps), "seed" if sharing.get(arm) else "node")
+            lines.append(f"  every level (capability, the mean over each dataset's levels): {cm:.3f} ({cint})")
     for arm in arms[1:]:
         d = difference(rows, arms[0], arm)
         if d.n:
@@ -316,6 +323,9 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
                 parts.append(f"{_short(c)} {dc.mean:+.3f} ({dc.interval()})")
         if parts:
             lines.append("  per dataset: " + ", ".join(parts))
+        dcap = difference(rows, arms[0], arm, "eval_capability")
+        if dcap.n:
+            lines.append(f"  every level (capability): {dcap.mean:+.3f} ({dcap.interval()}) over {dcap.units()}")
         t = training_difference(rows, arms[0], arm)
         if t.n:
             lines.append(

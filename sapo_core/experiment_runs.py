@@ -108,6 +108,8 @@ def row(seed: int, arm: str, sharing: bool, i: int, r: int, m: dict[str, float])
         "train_tokens": m.get("train/tokens", 0.0),
         "eval_solve_rate": m.get("eval/solve_rate", ""),
         "eval_solve_rate_base": m.get("eval/solve_rate_base", ""),
+        "eval_capability": m.get("eval/capability", ""),
+        "eval_capability_base": m.get("eval/capability_base", ""),
     }
     for key, value in m.items():  # the start-level held-out rate per dataset
         match = _PER_DATASET.fullmatch(key)

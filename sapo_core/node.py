@@ -77,6 +77,15 @@ class BaseFile(NamedTuple):
     sha256: str
 
 
+class Refill(NamedTuple):
+    """Our groups with reward spread after dynamic sampling, their prompts, and its figures."""
+
+    groups: list[Group]  # ours with spread, the first draw's then the refills'
+    prompts: list[list[int]]
+    extra: list[Group]  # the refills' groups with spread
+    figures: dict[str, float]
+
+
 class NodeError(RuntimeError):
     """The node cannot run; the message says what to change."""
 
@@ -155,7 +164,13 @@ class Node:
         self._evaluator = None
         if cfg.eval.enabled:
             settings = EvalSettings.for_config(cfg)
-            self._evaluator = Evaluator(self.tasks, settings, cfg.eval.questions, paths.cache_dir())
+            self._evaluator = Evaluator(
+                self.tasks,
+                settings,
+                cfg.eval.questions,
+                paths.cache_dir(),
+                min(cfg.eval.level_questions, cfg.eval.questions),
+            )
 
     def _open_source(self):
         if not self.cfg.swarm.enabled or self.cfg.round.external_groups == 0:
@@ -226,28 +241,10 @@ class Node:
                 evaluated = self.evaluate()
                 self._describe_self(0, evaluated)
 
-        # 1. sample: I questions of our own, G completions each
-        with timer("sample"):
-            questions = self.tasks.sample_questions(r, shape.local)
-            prompts = [self._prompt(q) for q in questions]
-            # the identity too: nodes at the same round must not draw the same per-token randomness
-            seeds = [mixed_seed(cfg.seed, self._identity, r, k) for k in range(len(questions))]
-            params = SamplingParams.for_config(cfg.sampler, n=shape.group_size, stop_token_ids=policy.eos_ids)
-            samples = self._sampler.sample(prompts, seeds, params, hooks)
-
-        # 2. score with our own rewards
-        with timer("score"):
-            hooks.progress("score", 0, len(questions))
-            local: list[Group] = []
-            for q, seqs in zip(questions, samples):
-                comps = [Completion(policy.decode(s.token_ids), s.token_ids, s.logprobs, s.finished) for s in seqs]
-                for c, reward in zip(comps, self.tasks.score(q, [c.text for c in comps])):
-                    c.reward = float(reward)
-                local.append(Group(question=q, completions=comps, source="local", round=r))
-            for g in local:  # the curriculum follows our own accuracy
-                change = self.tasks.observe(g)
-                if change is not None:
-                    log.info(f"curriculum: {change}")
+        # 1. sample: I questions of our own, G completions each; 2. score with our own rewards
+        local, prompts, samples = self._sample_and_score(r, self.tasks.sample_questions(r, shape.local), timer)
+        refill = self._refill(r, local, prompts, timer) if cfg.round.refill_passes else None
+        shared = local if refill is None else local + refill.extra  # what we publish: refills with spread too
 
         # 3. share our groups with the swarm, 4. gather J verified groups from peers
         # (neither may stop the round: a failure is counted, logged and costs this round's sharing)
@@ -256,7 +253,7 @@ class Node:
         if self._source is not None:
             with timer("share"):
                 hooks.progress("share", 0, 1)
-                self._swarm_step("publish", swarm_failures, self._source.publish, r, local, self._receipts)
+                self._swarm_step("publish", swarm_failures, self._source.publish, r, shared, self._receipts)
             with timer("gather"):
                 hooks.progress("gather", 0, 1)
                 external = self._swarm_step("gather", swarm_failures, self._source.gather, r, shape.external, rng) or []
@@ -266,7 +263,10 @@ class Node:
 
         # 5. advantages, group by group (the receipts name the peers' groups that train)
         with timer("prepare"):
-            batch = training_batch(policy, self._prompt, local, prompts, external, BatchRules.for_config(cfg))
+            trained_local, trained_prompts = (local, prompts) if refill is None else (refill.groups, refill.prompts)
+            batch = training_batch(
+                policy, self._prompt, trained_local, trained_prompts, external, BatchRules.for_config(cfg)
+            )
             if batch.capped:
                 swarm_failures["swarm/external_tokens_capped"] = float(batch.capped)
 
@@ -291,6 +291,8 @@ class Node:
             local, external, batch.groups, samples, timer.seconds, shape, levels, self._sampler.name
         )
         metrics.update(figures)
+        if refill is not None:
+            metrics.update(refill.figures)
         metrics.update(evaluated)
         if self._source is not None:
             self._swarm_step("stats", swarm_failures, lambda: metrics.update(self._source.stats()))
@@ -318,6 +320,54 @@ class Node:
         self.next_round = r + 1
         trim_heap()  # what the round freed goes back to the system, not kept for the next
         return metrics
+
+    def _sample_and_score(self, r: int, questions, timer: PhaseTimer, part: int = 0):
+        """Our groups of `questions` (G completions each, scored with our own rewards, fed to the
+        curriculum), their encoded prompts and the raw samples."""
+        cfg, hooks, policy = self.cfg, self.hooks, self.policy
+        with timer("sample"):
+            prompts = [self._prompt(q) for q in questions]
+            # the identity too: nodes at the same round must not draw the same per-token randomness
+            seeds = [mixed_seed(cfg.seed, self._identity, r, k) for k in range(len(questions))]
+            if part:  # a refill's draws must differ from the round's first
+                seeds = [mixed_seed(s, "refill", part) for s in seeds]
+            params = SamplingParams.for_config(cfg.sampler, n=self.shape.group_size, stop_token_ids=policy.eos_ids)
+            samples = self._sampler.sample(prompts, seeds, params, hooks)
+        with timer("score"):
+            hooks.progress("score", 0, len(questions))
+            local: list[Group] = []
+            for q, seqs in zip(questions, samples):
+                comps = [Completion(policy.decode(s.token_ids), s.token_ids, s.logprobs, s.finished) for s in seqs]
+                for c, reward in zip(comps, self.tasks.score(q, [c.text for c in comps])):
+                    c.reward = float(reward)
+                local.append(Group(question=q, completions=comps, source="local", round=r))
+            for g in local:  # the curriculum follows our own accuracy
+                change = self.tasks.observe(g)
+                if change is not None:
+                    log.info(f"curriculum: {change}")
+        return local, prompts, samples
+
+    def _refill(self, r: int, local: list[Group], prompts: list[list[int]], timer: PhaseTimer) -> Refill:
+        """DAPO's dynamic sampling (arXiv 2503.14476): while fewer of our groups than I have reward
+        spread, draw as many new questions as are missing, at most round.refill_passes times. What
+        trains is the groups with spread; the round's reward figures stay the first draw's."""
+        want = self.shape.local
+        groups = [g for g in local if g.has_signal()]
+        prompts = [p for g, p in zip(local, prompts) if g.has_signal()]
+        extra: list[Group] = []
+        sampled = 0
+        for part in range(1, self.cfg.round.refill_passes + 1):
+            missing = want - len(groups) - len(extra)
+            if missing <= 0:
+                break
+            more, more_prompts, _ = self._sample_and_score(
+                r, self.tasks.sample_questions(r, missing, part), timer, part
+            )
+            sampled += len(more)
+            extra += [g for g in more if g.has_signal()]
+            prompts += [p for g, p in zip(more, more_prompts) if g.has_signal()]
+        figures = {"groups/refill_sampled": float(sampled), "groups/refill_with_signal": float(len(extra))}
+        return Refill(groups + extra, prompts, extra, figures)
 
     def _save_failed(self, r: int, error: Exception, saved: bool) -> str:
         why = write_trouble(self.run_dir, error) or f"{type(error).__name__}: {error}"

@@ -295,8 +295,9 @@ def build_messages(question: Question, prompt: str, system_prompt: str = "") -> 
 # --- the task set -----------------------------------------------------------------------
 
 
-def _round_rng(seed: int, round: int) -> random.Random:
-    h = hashlib.blake2b(f"questions:{seed}:{round}".encode(), digest_size=8).digest()
+def _round_rng(seed: int, round: int, part: int = 0) -> random.Random:
+    key = f"questions:{seed}:{round}" + (f":{part}" if part else "")
+    h = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return random.Random(int.from_bytes(h, "little"))
 
 
@@ -323,6 +324,7 @@ class TaskSet:
             raise_at=cfg.curriculum_raise,
             lower_at=cfg.curriculum_lower,
             enabled=cfg.curriculum,
+            rule=cfg.curriculum_rule,
         )
 
     def levels(self) -> dict[str, str]:
@@ -332,16 +334,18 @@ class TaskSet:
     def current_digest(self, dataset: str) -> str:
         return config_digest(dataset, LEVELS[dataset][self.curriculum.level(dataset)])
 
-    def sample_questions(self, round: int, n: int) -> list[Question]:
+    def sample_questions(self, round: int, n: int, part: int = 0) -> list[Question]:
         """n questions drawn with replacement by weight (as the paper samples specialties),
-        each at its dataset's current level; the same (seed, round, levels) give the same ones."""
-        rng = _round_rng(self.seed, round)
+        each at a level the curriculum chooses; the same (seed, round, part, curriculum state)
+        give the same ones. `part` > 0: another draw in the same round (a refill)."""
+        rng = _round_rng(self.seed, round) if part == 0 else _round_rng(self.seed, round, part)
         out = []
         for _ in range(n):
             dataset = rng.choices(self.datasets, weights=self._weights)[0]
-            level = self.curriculum.level(dataset)
+            level = self.curriculum.choose_level(dataset, rng)
+            digest = config_digest(dataset, LEVELS[dataset][level])
             for _attempt in range(_HELD_OUT_REDRAWS):  # a held-out question's text: draw another index
-                q = regenerate(QuestionId(dataset, self.current_digest(dataset), self.seed, rng.randrange(MAX_INDEX)))
+                q = regenerate(QuestionId(dataset, digest, self.seed, rng.randrange(MAX_INDEX)))
                 if self.held_out is None or not self.held_out(dataset, level, q.text):
                     break
             out.append(q)
@@ -386,9 +390,8 @@ class TaskSet:
             return None
         question = group.question
         _, level = level_of(question)
-        return self.curriculum.observe(
-            question.id.dataset, level, self.solved(question, [c.text for c in group.completions])
-        )
+        solved = self.solved(question, [c.text for c in group.completions])
+        return self.curriculum.observe(question.id.dataset, level, solved, spread=group.has_signal())
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON data for the checkpoint."""

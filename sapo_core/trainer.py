@@ -20,6 +20,12 @@
   log-probs are those of its own row. A group's G completions share one prompt, and the
   untrained model's answers are a few tokens next to a prompt of hundreds: the round trains
   ~6x fewer tokens. Rows hold at most micro_batch_size x the longest sequence, as unpacked.
+- With `train.prompt_grad = false` each group's prompt runs once per step without gradient (its
+  keys and values cached, its last token fed again ahead of the completions) and only the
+  completions run with gradient: the log-probs and hence the ratios are the same, the gradient
+  leaves out the path through the prompt's keys and values (LoRA adapts k_proj and v_proj), an
+  approximation that must pay on held-out per CPU-hour (docs/experiment.md, 'Recipe lab').
+  Gradient checkpointing is off in that pass: the completions' activations are small.
 - The loss is the token-level mean over every completion token of the round's batch
   (DAPO-style), so long and short completions weigh by their tokens.
 - With KL (beta > 0) the reference is the base model: the LoRA adapter switched off.
@@ -35,6 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 import time
 from dataclasses import dataclass
 
@@ -81,7 +89,8 @@ class _MicroBatch:
         }
         return dataclasses.replace(self, **moved)
 
-    position_ids: torch.Tensor | None = None  # (B, L) when packed
+    position_ids: torch.Tensor | None = None  # (B, L) when packed, or (B, C) after a prefix
+    prefix_ids: torch.Tensor | None = None  # (1, P-1) a group's prompt but its last token, run without gradient
 
 
 def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> list[_MicroBatch]:
@@ -200,6 +209,71 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
     return out
 
 
+def _make_prefix_micro_batches(seqs: list[TrainSequence], pad_id: int) -> list[_MicroBatch]:
+    """One micro-batch per prompt: the prompt but its last token as `prefix_ids` (run once, without
+    gradient), then a row per completion: [the prompt's last token, completion[:-1]], predicting
+    the completion. Positions continue after the prefix, so each completion's log-probs are those of
+    its own row in one full sequence."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    out = []
+    for prompt, members in by_prompt.items():
+        prefix, last = list(prompt[:-1]), prompt[-1]
+        length = max(len(seqs[i].completion_ids) for i in members)
+        ids = torch.full((len(members), length), pad_id, dtype=torch.long)
+        att = torch.zeros((len(members), len(prefix) + length), dtype=torch.long)
+        att[:, : len(prefix)] = 1
+        rows, targets, owner, slp, peer, spread = [], [], [], [], [], []
+        for b, i in enumerate(members):
+            s = seqs[i]
+            c = len(s.completion_ids)
+            ids[b, :c] = torch.tensor([last, *s.completion_ids[:-1]])
+            att[b, len(prefix) : len(prefix) + c] = 1
+            rows.extend(b * length + t for t in range(c))
+            targets.extend(s.completion_ids)
+            owner.extend([b] * c)
+            slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
+            peer.extend([s.peer] * c)
+            spread.extend([s.spread] * c)
+        out.append(
+            _MicroBatch(
+                input_ids=ids,
+                attention=att,
+                pred_rows=torch.tensor(rows, dtype=torch.long),
+                targets=torch.tensor(targets, dtype=torch.long),
+                seq_of_token=torch.tensor(owner, dtype=torch.long),
+                advantages=torch.tensor([seqs[i].advantage for i in members], dtype=torch.float32),
+                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
+                n_tokens=len(prefix) + len(targets),
+                position_ids=(torch.arange(length) + len(prefix)).repeat(len(members), 1),
+                peer_tokens=torch.tensor(peer, dtype=torch.bool),
+                spread_tokens=torch.tensor(spread, dtype=torch.bool),
+                prefix_ids=torch.tensor([prefix], dtype=torch.long),
+            )
+        )
+    return out
+
+
+@functools.cache
+def _cache_argument(forward) -> str:
+    """The name transformers' model forward takes a KV cache by: `cache` (5.2x) or `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+@contextlib.contextmanager
+def _checkpointing_off(model: torch.nn.Module):
+    """Gradient checkpointing off for the block: a checkpointed layer drops the KV cache it is given."""
+    layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    for m in layers:
+        m.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.gradient_checkpointing = True
+
+
 class Trainer:
     def __init__(self, policy: Policy, cfg: TrainConfig, temperature: float = 1.0) -> None:
         self.policy = policy
@@ -219,11 +293,35 @@ class Trainer:
     # --- log-probs ----------------------------------------------------------------------
     def _token_logprobs(self, mb: _MicroBatch, body: torch.nn.Module, head: torch.Tensor) -> torch.Tensor:
         with self.precision.context(mb.input_ids.device.type):
-            hidden = body(
-                input_ids=mb.input_ids, attention_mask=mb.attention, position_ids=mb.position_ids
-            ).last_hidden_state  # (B, L, H)
+            if mb.prefix_ids is not None:
+                hidden = self._after_prefix(mb, body)  # (B, C, H)
+            else:
+                hidden = body(
+                    input_ids=mb.input_ids, attention_mask=mb.attention, position_ids=mb.position_ids
+                ).last_hidden_state  # (B, L, H)
         flat = hidden.float().reshape(-1, hidden.shape[-1])  # (B*L, H); the head and log-probs in fp32
         return grpo.token_logprobs(flat[mb.pred_rows], head, mb.targets, self.cfg.logit_chunk, self.temperature)
+
+    def _after_prefix(self, mb: _MicroBatch, body: torch.nn.Module) -> torch.Tensor:
+        """(B, C, H) hidden states of the completion rows, the prefix's keys and values computed
+        without gradient and shared by every row."""
+        from transformers import DynamicCache
+
+        arg = _cache_argument(type(body).forward)
+        cache = DynamicCache()
+        if mb.prefix_ids.shape[1]:
+            with torch.no_grad():
+                body(input_ids=mb.prefix_ids, use_cache=True, **{arg: cache})
+            cache.batch_repeat_interleave(mb.input_ids.shape[0])
+        with _checkpointing_off(body):
+            out = body(
+                input_ids=mb.input_ids,
+                attention_mask=mb.attention,
+                position_ids=mb.position_ids,
+                use_cache=True,
+                **{arg: cache},
+            )
+        return out.last_hidden_state
 
     def _reference_logprobs(self, mb: _MicroBatch) -> torch.Tensor:
         with torch.no_grad():
@@ -241,7 +339,9 @@ class Trainer:
         model = self.policy.model
         model.train()
         pad = self.policy.tokenizer.pad_token_id
-        if self.cfg.pack_prompts:
+        if not self.cfg.prompt_grad:
+            mbs = _make_prefix_micro_batches(seqs, pad)
+        elif self.cfg.pack_prompts:
             mbs = _make_packed_micro_batches(seqs, self.cfg.micro_batch_size, next(model.parameters()).dtype)
         else:
             mbs = _make_micro_batches(seqs, self.cfg.micro_batch_size, pad)

@@ -50,6 +50,9 @@ def test_held_out_card_says_no_evaluation_then_the_sentence(qtbot):
         },
     )
     assert "not yet distinguishable" in held_out_text(h)[1]
+    assert "every level" not in held_out_text(h)[1]  # none measured yet
+    h.add(4, {"eval/solve_rate": 0.3, "eval/capability": 0.14, "eval/capability_base": 0.05})
+    assert held_out_text(h)[1].endswith("<br>every level, easy to hard (capability): 0.05 at start -> 0.14 now")
 
 
 def test_contribution_card_reads_the_store_on_a_thread(qtbot, tmp_path):

@@ -126,3 +126,92 @@ def test_loaded_level_below_a_raised_floor_is_lifted():
 def test_bad_states_are_rejected(state, match):
     with pytest.raises(ValueError, match=match):
         make().load_state_dict(state)
+
+
+# --- the band rule: levels drawn in proportion to their groups' spread -------------------------
+
+
+def band(**kw) -> Curriculum:
+    kw.setdefault("window", 16)  # completions per level; groups: 16 // 4 = 4
+    kw.setdefault("raise_at", 0.5)
+    kw.setdefault("lower_at", 0.02)
+    floor = kw.pop("floor", {})
+    return Curriculum(LEVELS, floor, rule="band", **kw)
+
+
+def feed(c: Curriculum, dataset: str, level: int, groups: list[tuple[int, int]]) -> list:
+    """Groups of (solved, of how many) completions; returns the changes."""
+    return [c.observe(dataset, level, [True] * k + [False] * (n - k)) for k, n in groups]
+
+
+@pytest.mark.parametrize(
+    "easy, medium, weights",
+    [
+        # (solved, of) per group at easy and at medium -> level: weight
+        ([], [], {0: 0.5}),  # nothing seen: the floor alone, unknown (0.5)
+        ([(1, 4)] * 3, [], {0: 0.5}),  # 3 groups: still unknown
+        ([(1, 4)] * 4, [], {0: 1.0}),  # 4 of 4 with spread, accuracy 0.25 < 0.5: medium stays locked
+        ([(0, 4)] * 4, [], {0: 0.05}),  # no spread: probed only
+        ([(2, 4), (2, 4), (4, 4), (4, 4)], [], {0: 0.5, 1: 0.5}),  # 12/16 = 0.75 unlocks medium (unknown)
+        ([(2, 4), (2, 4), (4, 4), (4, 4)], [(0, 4)] * 4, {0: 0.5, 1: 0.05}),  # medium without spread
+        ([(4, 4)] * 4, [(1, 4), (0, 4), (0, 4), (0, 4)], {0: 0.05, 1: 0.25}),  # easy mastered, medium 1 of 4
+        ([(4, 4)] * 4, [(2, 4)] * 4, {0: 0.05, 1: 1.0, 2: 0.5}),  # medium at 0.5 unlocks hard
+    ],
+)
+def test_band_weights_by_hand(easy, medium, weights):
+    c = band()
+    feed(c, "a", 0, easy)
+    feed(c, "a", 1, medium)
+    assert c.band_weights("a") == pytest.approx(weights)
+    assert c.level("a") == max(weights)
+
+
+def test_band_windows_roll_and_unlocking_follows_fresh_evidence():
+    c = band()
+    feed(c, "a", 0, [(4, 4)] * 4)  # 16/16: medium unlocked
+    assert c.level_name("a") == "medium"
+    changes = feed(c, "a", 0, [(0, 4)] * 3)  # the window rolls to 4/16 < 0.5: locked again
+    assert c.band_weights("a") == {0: pytest.approx(0.05)}  # 4 groups without spread
+    change = next(x for x in changes if x is not None)
+    assert (change.old_level, change.new_level, change.raised) == ("medium", "easy", False)
+    assert change.accuracy == pytest.approx(4 / 16)  # easy's window when it stopped unlocking
+
+
+def test_band_draws_follow_the_weights_and_step_draws_nothing():
+    import random
+
+    c = band()
+    feed(c, "a", 0, [(4, 4)] * 4)
+    feed(c, "a", 1, [(2, 4)] * 4)
+    rng = random.Random(0)
+    draws = [c.choose_level("a", rng) for _ in range(6000)]
+    total = 0.05 + 1.0 + 0.5
+    for level, weight in {0: 0.05, 1: 1.0, 2: 0.5}.items():
+        assert draws.count(level) / len(draws) == pytest.approx(weight / total, abs=0.02)
+    step, rng = make(), random.Random(0)
+    before = rng.getstate()
+    assert step.choose_level("a", rng) == 0 and rng.getstate() == before
+
+
+def test_band_respects_the_floor_and_the_top():
+    c = band(floor={"a": "medium"})
+    assert c.band_weights("a") == {1: 0.5}
+    feed(c, "a", 1, [(4, 4)] * 4)
+    feed(c, "a", 2, [(4, 4)] * 4)
+    assert c.band_weights("a") == pytest.approx({1: 0.05, 2: 0.05})  # hard is the top: nothing above
+
+
+def test_band_state_round_trips_and_a_step_state_loads():
+    c = band()
+    feed(c, "a", 0, [(2, 4), (3, 4), (4, 4), (4, 4)])
+    feed(c, "a", 1, [(1, 4)])
+    state = json.loads(json.dumps(c.state_dict()))
+    assert state["version"] == 2
+    d = band()
+    d.load_state_dict(state)
+    assert d.state_dict() == c.state_dict() and d.band_weights("a") == c.band_weights("a")
+    old = make()
+    old.observe("a", 0, [True] * 3)
+    e = band()
+    e.load_state_dict(old.state_dict())  # a run started under the step rule goes on under band
+    assert e.band_weights("a") == {0: 0.5}

@@ -248,3 +248,42 @@ def test_a_run_of_set_length_ends_with_an_evaluation_in_its_last_round(tmp_path,
         client.stop()
     assert "eval/solve_rate" in done[1] and "eval/solve_rate_base" in done[1]  # the baseline
     assert "eval/solve_rate" in done[2] and done[2]["eval/questions"] == 3  # the end of the run
+
+
+def test_capability_is_the_mean_of_the_cells_by_hand():
+    """Each (dataset, level) cell weighs alike, however many questions it has; the gain's interval
+    resamples questions within each cell, so a cell that moved by the same amount on every question
+    gives a zero-width interval around that amount."""
+    from sapo_core.evaluation import capability
+
+    cells = [([1.0, 0.5, 0.0, 0.5], [0.5, 0.0, 0.0, 0.5]), ([0.25, 0.25], [0.0, 0.0])]
+    m = capability(cells, resamples=200)
+    assert m["eval/capability"] == pytest.approx((0.5 + 0.25) / 2)
+    assert m["eval/capability_base"] == pytest.approx((0.25 + 0.0) / 2)
+    assert m["eval/capability_gain"] == pytest.approx(0.25)
+    assert m["eval/capability_gain_ci_low"] <= 0.25 <= m["eval/capability_gain_ci_high"]
+    even = capability([([0.5, 0.5], [0.25, 0.25]), ([1.0], [0.75])], resamples=50)
+    assert even["eval/capability_gain_ci_low"] == pytest.approx(0.25) == even["eval/capability_gain_ci_high"]
+    assert set(capability([([1.0], None)])) == {"eval/capability"}  # no base: no gain
+
+
+def test_the_all_levels_cells_lie_above_the_start_level_and_training_skips_them():
+    """The cells: every level above each dataset's start level, the same first questions of the
+    held-out seed as the start set uses, so the texts training skips (HeldOut) cover them."""
+    from sapo_core.evaluation import HeldOut, cell_questions, upper_cells
+    from sapo_core.tasks import LEVELS, TaskSet
+
+    cfg = TaskConfig(weights={"basic_arithmetic": 1.0, "bf": 1.0}, levels={"bf": "medium"})
+    tasks = TaskSet(cfg, seed=0)
+    cells = upper_cells(tasks.datasets, {"basic_arithmetic": 0, "bf": 1}, 3)
+    assert [(c.dataset, c.level_name, c.start, c.count) for c in cells] == [
+        ("basic_arithmetic", "medium", 0, 3),
+        ("basic_arithmetic", "hard", 3, 3),
+    ]  # bf has two levels: from medium there is none above
+    assert len(LEVELS["bf"]) == 2
+    held = HeldOut(per_dataset=8)
+    questions = cell_questions(cells)
+    assert all(held(q.id.dataset, 1 + (i >= 3), q.text) for i, q in enumerate(questions))
+    medium = TaskConfig(weights={"basic_arithmetic": 1.0}, levels={"basic_arithmetic": "medium"})
+    drawn = [q for r in range(60) for q in TaskSet(medium, seed=r, held_out=held).sample_questions(r, 4)]
+    assert not {q.text for q in drawn} & {q.text for q in questions[:3]}  # the medium cell's texts

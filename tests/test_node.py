@@ -460,3 +460,32 @@ def test_drift_above_the_limit_falls_back_to_the_f16_export(tmp_path, data_dir):
         assert node._sampler.status()["model_path"].endswith(".f16.gguf")
     finally:
         node.close()
+
+
+def test_dynamic_sampling_refills_the_round_with_groups_that_have_spread(tmp_path, data_dir):
+    """round.refill_passes: while fewer than I of our groups have reward spread, as many new questions
+    as are missing are drawn, at most refill_passes times; what trains is the groups with spread, the
+    round's reward figures stay the first draw's. Which questions have spread is scripted (every
+    third index), so the expected draws are computed here from the same question stream."""
+    node = Node(tiny_config(tmp_path / "run", **{"round.local_groups": 3, "round.refill_passes": 2}))
+    node.setup()
+
+    def spread(q) -> bool:
+        return q.id.index % 3 == 0
+
+    node.tasks.score = lambda q, texts: [1.0 if spread(q) and i == 0 else 0.0 for i in range(len(texts))]
+    expected_sampled, have = 0, sum(spread(q) for q in node.tasks.sample_questions(1, 3))
+    first_have = have
+    for part in (1, 2):
+        missing = 3 - have
+        if missing <= 0:
+            break
+        more = node.tasks.sample_questions(1, missing, part)
+        expected_sampled += len(more)
+        have += sum(spread(q) for q in more)
+    m = node.run_round()
+    node.close()
+    assert m["groups/local_with_signal"] == first_have and m["groups/local"] == 3
+    assert m["groups/refill_sampled"] == expected_sampled
+    assert m["groups/trained"] == have == first_have + m["groups/refill_with_signal"]
+    assert expected_sampled > 0  # the script leaves the first draw short: the refill is exercised

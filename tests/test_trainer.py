@@ -278,3 +278,64 @@ def test_the_update_on_cuda_matches_the_cpu():
     assert b["loss/policy"] == pytest.approx(a["loss/policy"], rel=1e-3, abs=1e-5)
     for (n, x), y in zip(cpu.trainable_state_dict().items(), gpu.trainable_state_dict().values()):
         assert torch.allclose(x, y, atol=1e-4), n
+
+
+# --- the prompt without gradient (train.prompt_grad = false) ----------------------------------------
+
+
+def _per_sequence_logprobs(trainer, seqs):
+    """Each sequence's completion log-probs through the trainer's own micro-batches and forward."""
+    from sapo_core.trainer import _make_packed_micro_batches, _make_prefix_micro_batches
+
+    tagged = [TrainSequence(s.prompt_ids, s.completion_ids, float(i)) for i, s in enumerate(seqs)]
+    if trainer.cfg.prompt_grad:
+        mbs = _make_packed_micro_batches(tagged, 4, torch.float32)
+    else:
+        mbs = _make_prefix_micro_batches(tagged, 0)
+    out = [[] for _ in seqs]
+    body, head = trainer.policy.body(), trainer.policy.head_weight()
+    with torch.no_grad():
+        for mb in mbs:
+            for i, lp in zip(mb.advantages[mb.seq_of_token].long().tolist(), trainer._token_logprobs(mb, body, head)):
+                out[i].append(float(lp))
+    return out
+
+
+def test_a_prompt_without_gradient_gives_the_same_log_probs_and_loss():
+    """The prefix's keys and values, cached without gradient, give each completion token the
+    log-prob the packed rows give (and the naive one-sequence-at-a-time forward): the ratios and the
+    loss are the same; only the gradient leaves out the path through the prompt."""
+    seqs = sequences()
+    policy = small_policy()
+    exact = _per_sequence_logprobs(Trainer(policy, TrainConfig(precision="fp32")), seqs)
+    cached = _per_sequence_logprobs(Trainer(policy, TrainConfig(precision="fp32", prompt_grad=False)), seqs)
+    assert [len(x) for x in cached] == [len(s.completion_ids) for s in seqs]
+    for a, b in zip(exact, cached):
+        assert b == pytest.approx(a, abs=1e-5)
+    cfg = TrainConfig(precision="fp32", steps_per_round=1, prompt_grad=False)
+    figures = Trainer(policy, cfg).update(seqs, NullHooks())
+    assert figures["loss/policy"] == pytest.approx(float(naive_loss(small_policy(), seqs)), abs=1e-5)
+    prompts = {tuple(s.prompt_ids) for s in seqs}
+    completions = sum(len(s.completion_ids) for s in seqs)
+    assert figures["train/tokens"] == sum(len(p) - 1 for p in prompts) + completions  # each prompt once
+
+
+def _gradients(policy, seqs, prompt_grad: bool) -> list[torch.Tensor]:
+    trainer = Trainer(policy, TrainConfig(precision="fp32", steps_per_round=1, prompt_grad=prompt_grad))
+    trainer.optimizer.step = lambda: None  # keep the weights: compare the gradients themselves
+    trainer.update(seqs, NullHooks())
+    return [p.grad.clone() for p in policy.trainable_parameters()]
+
+
+def test_the_gradient_leaves_out_only_the_prompts_keys_and_values():
+    """With a one-token prompt there is no prefix: the gradient is exactly the full one. With longer
+    prompts it differs (the path through the prompt's keys and values is gone) but still points the
+    same way."""
+    one = [TrainSequence([7], s.completion_ids, s.advantage) for s in sequences()]
+    for a, b in zip(_gradients(small_policy(), one, True), _gradients(small_policy(), one, False)):
+        assert torch.allclose(a, b, atol=1e-6)
+    seqs = sequences()
+    full = torch.cat([g.flatten() for g in _gradients(small_policy(), seqs, True)])
+    part = torch.cat([g.flatten() for g in _gradients(small_policy(), seqs, False)])
+    assert not torch.allclose(full, part, atol=1e-6)
+    assert float(torch.nn.functional.cosine_similarity(full, part, dim=0)) > 0.5

@@ -58,9 +58,12 @@ def learning_config(run_dir: Path, rounds: int, threads: int, sets: list[str]):
     return NodeConfig().replace(**changes)
 
 
-def summary_line(last: dict[str, float], rounds: int, minutes: float, cpu_hours: float) -> str:
+def summary_line(
+    last: dict[str, float], rounds: int, minutes: float, cpu_hours: float, signal: list[float] | None = None
+) -> str:
     """The benchmark's one line, from the final evaluation's figures (they hold the base's and
-    each dataset's gain), and the CPU time of the node's process and its sampler over the rounds."""
+    each dataset's gain), the CPU time of the node's process and its sampler over the rounds, and
+    `signal`: each round's trained groups of ours (with reward spread)."""
     keys = [k.split("/") for k in last]
     datasets = sorted(k[1] for k in keys if len(k) == 3 and k[0] == "eval" and k[2] == "gain")
 
@@ -70,10 +73,26 @@ def summary_line(last: dict[str, float], rounds: int, minutes: float, cpu_hours:
 
     per = "; ".join(gain(d) for d in datasets)
     rate = f", {last['eval/gain'] / cpu_hours:+.2f} per CPU-hour" if cpu_hours > 0 else ""
+    every = ""
+    if "eval/capability_gain" in last:
+        every = (
+            f"; every level {last['eval/capability_base']:.2f} -> {last['eval/capability']:.2f}, gain "
+            f"{last['eval/capability_gain']:+.2f} ({last['eval/capability_gain_ci_low']:+.2f}.."
+            f"{last['eval/capability_gain_ci_high']:+.2f})"
+        )
+    groups = ""
+    if signal:
+        tenth = max(1, len(signal) // 10)
+        first, end = signal[:tenth], signal[-tenth:]
+        groups = (
+            f"; groups with signal per round {sum(first) / len(first):.2f} in the first {len(first)} rounds, "
+            f"{sum(end) / len(end):.2f} in the last {len(end)}"
+        )
     return (
         f"learning: solved base {last['eval/solve_rate_base']:.2f} -> {last['eval/solve_rate']:.2f} after {rounds} "
         f"rounds, gain {last['eval/gain']:+.2f} (95% CI {last['eval/gain_ci_low']:+.2f}.."
-        f"{last['eval/gain_ci_high']:+.2f}){rate}; per dataset {per}; {minutes:.0f} min, {cpu_hours:.2f} CPU-hours"
+        f"{last['eval/gain_ci_high']:+.2f}){rate}{every}; per dataset {per}{groups}; {minutes:.0f} min, "
+        f"{cpu_hours:.2f} CPU-hours"
     )
 
 
@@ -98,8 +117,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             node.setup()
             last: dict[str, float] = {}
+            signal: list[float] = []
             for r in range(1, args.rounds + 1):
                 m = node.run_round(final=r == args.rounds)
+                signal.append(m.get("groups/trained", 0.0))
                 if "eval/solve_rate" in m:
                     last = m
                 print(
@@ -113,5 +134,5 @@ def run(args: argparse.Namespace) -> int:
             node.close()
         minutes = (time.time() - started) / 60
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(summary_line(last, args.rounds, minutes, cpu_hours))
+    print(summary_line(last, args.rounds, minutes, cpu_hours, signal))
     return 0

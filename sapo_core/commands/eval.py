@@ -73,7 +73,11 @@ def evaluate_run(
         cfg = load_config(run_dir / "config.toml")
     except ConfigError as e:
         raise SystemExit(f"sapo-node eval: {run_dir} holds no readable run config ({e})") from None
-    changes = {"eval.questions": questions or cfg.eval.questions, "eval.samples": samples or cfg.eval.samples}
+    q = questions or cfg.eval.questions
+    changes = {
+        "eval.questions": q,
+        "eval.samples": samples or cfg.eval.samples,
+    }
     if threads >= 0:
         changes["sampler.threads"] = threads
     cfg = cfg.replace(**changes)
@@ -99,7 +103,9 @@ def evaluate_run(
     try:
         if cfg.sampler.threads:
             sampler.set_threads(cfg.sampler.threads)
-        evaluator = Evaluator(tasks, settings, cfg.eval.questions, paths.cache_dir())
+        evaluator = Evaluator(
+            tasks, settings, cfg.eval.questions, paths.cache_dir(), min(cfg.eval.level_questions, cfg.eval.questions)
+        )
         evaluator.run(sampler, policy, hooks)  # the base model, measured or from the cache
         state = load_checkpoint(policy, path)
         if "tasks" in state.get("extra", {}):
@@ -137,9 +143,33 @@ def format_table(result: dict) -> str:
             f"{'greedy (all)':<26}{allq['greedy_base']:>7.3f}{allq['greedy_current']:>12.3f}"
             f"{allq['greedy_current'] - allq['greedy_base']:>+8.3f}"
         )
-    if "eval/level_solve_rate" in result["figures"]:
-        lines.append(f"at the current curriculum levels: {result['figures']['eval/level_solve_rate']:.3f}")
+    figures = result["figures"]
+    if "eval/level_solve_rate" in figures:
+        lines.append(f"at the current curriculum levels: {figures['eval/level_solve_rate']:.3f}")
+    if "eval/capability" in figures:
+        lines += capability_lines(figures)
     return "\n".join(lines)
+
+
+def capability_lines(figures: dict) -> list[str]:
+    """The all-levels figure and its cells: every (dataset, level) solve rate."""
+    from sapo_core.config import LEVEL_NAMES
+
+    cells = {}
+    for key, value in figures.items():
+        parts = key.split("/")
+        if len(parts) == 4 and parts[0] == "eval" and parts[2] in LEVEL_NAMES and parts[3] == "solve_rate":
+            cells.setdefault(parts[1], {})[parts[2]] = value
+    out = ["every level (solve rate per dataset and level; the capability figure is their mean):"]
+    for d, levels in cells.items():
+        out.append(f"  {d:<24}" + "  ".join(f"{lv} {levels[lv]:.3f}" for lv in LEVEL_NAMES if lv in levels))
+    line = f"capability {figures['eval/capability']:.3f}"
+    if "eval/capability_base" in figures:
+        line += (
+            f" (base {figures['eval/capability_base']:.3f}, gain {figures['eval/capability_gain']:+.3f}, 95% CI "
+            f"{figures['eval/capability_gain_ci_low']:+.3f}..{figures['eval/capability_gain_ci_high']:+.3f})"
+        )
+    return out + [line]
 
 
 def main(args: argparse.Namespace) -> int:
