@@ -23,6 +23,7 @@ from sapo_core.hooks import NullHooks
 from sapo_core.rollouts import Completion, Group
 from sapo_core.swarm import validation
 from sapo_core.swarm.keys import KeySpace
+from sapo_core.swarm.publish import fit_record
 from sapo_core.swarm.records import (
     LOGPROB_BOUND,
     Record,
@@ -32,7 +33,6 @@ from sapo_core.swarm.records import (
     decode_record,
     encode_logprobs,
     encode_record,
-    fit_record,
 )
 from sapo_core.swarm.validation import ReasonCounter, SwarmSchemaValidator
 from sapo_core.swarm.verify import JUNK_REASONS, CompletionCutter, VerifyLimits, verify_record

@@ -40,6 +40,7 @@ from sapo_core.rollouts import Group
 from sapo_core.swarm.identity import KEY_FILE_NAME, NodeIdentity, load_or_create_identity, node_name
 from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.keys import values_of as _values_of
+from sapo_core.swarm.publish import fit_record
 from sapo_core.swarm.records import (
     IndexEntry,
     Receipt,
@@ -49,7 +50,6 @@ from sapo_core.swarm.records import (
     decode_record,
     encode_index,
     encode_record,
-    fit_record,
 )
 from sapo_core.swarm.verify import (
     CompletionCutter,
