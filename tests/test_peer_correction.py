@@ -346,13 +346,13 @@ def test_index_entries_announce_the_app_version_and_older_readers_ignore_it():
     ],
 )
 def test_which_versions_are_newer(theirs, ours, newer):
-    from sapo_core.swarm.source import newer_version
+    from sapo_core.swarm.versions import newer_version
 
     assert newer_version(theirs, ours) is newer
 
 
 def test_a_newer_version_is_said_once_each():
-    from sapo_core.swarm.source import version_notice
+    from sapo_core.swarm.versions import version_notice
 
     seen: set[str] = set()
     said = version_notice("0.2.0", "0.1.0", seen)

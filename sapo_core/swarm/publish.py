@@ -1,16 +1,23 @@
-"""What a node publishes each round: its groups fitted to the record limit.
+"""What a node publishes each round: its groups fitted to the record limit, as DHT items.
 
 `fit_record` cuts a round's groups to the size limit: groups with a learning signal first
 (peers drop the others anyway), whole groups dropped, never text truncated (a cut completion
-would score differently). Pure: no network, no clock.
+would score differently). `publish_items` makes the record and its index entry ready to store
+under our owner subkey (keys.py has the key space, records.py the wire format). A round that
+outlasts its window would leave its node invisible to readers, so the DHT thread publishes the
+latest record again in each new window (`republished`), for at most `REPUBLISH_WINDOWS`
+windows (docs/swarm.md, 'No central clock: time windows'). Pure: no network, no clock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sapo_core import __version__ as APP_VERSION
 from sapo_core.rollouts import Group
+from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import (
     MAX_ANSWER_CHARS,
     MAX_COMPLETIONS,
@@ -18,14 +25,20 @@ from sapo_core.swarm.records import (
     MAX_RECEIPTS,
     MAX_RECORD_BYTES,
     MAX_TEXT_CHARS,
+    IndexEntry,
     Receipt,
     Record,
     WireGroup,
+    encode_index,
     encode_record,
     name_ok,
     receipt_ok,
     wire_group_of,
 )
+
+REPUBLISH_WINDOWS = 2  # how long a round may outlast its window and stay readable
+
+Item = tuple[str, bytes, float]  # (key, payload, expiration), as SwarmDHT.store takes them
 
 
 @dataclass(frozen=True)
@@ -109,3 +122,50 @@ def fit_record(
             dropped_completions += len(ok_texts)
     record = Record(swarm, window, peer_id, round, tuple(kept), receipts)
     return FittedRecord(record, encode_record(record), signal, dropped_groups, dropped_completions)
+
+
+def publish_items(
+    keyspace: KeySpace,
+    record: Record,
+    signal_groups: int,
+    now: float,
+    model: str = "",
+    held_out: tuple[int, float, int] | None = None,
+    app_version: str = APP_VERSION,
+) -> list[Item]:
+    """The record and its index entry, ready to store. `model` and `held_out` are what the
+    publisher says about itself (records.py, `IndexEntry`)."""
+    window, peer = record.window, record.peer_id
+    payload = encode_record(record)
+    shard = keyspace.shard_of(peer, window)
+    entry = IndexEntry(
+        record.swarm,
+        window,
+        shard,
+        peer,
+        record.round,
+        len(record.groups),
+        signal_groups,
+        len(payload),
+        app_version,
+        model,
+        held_out,
+    )
+    expiration = keyspace.expiration(now)
+    return [
+        (keyspace.record_key(window, peer), payload, expiration),
+        (keyspace.index_key(window, shard), encode_index(entry), expiration),
+    ]
+
+
+def republished(
+    latest: tuple[Record, int, int] | None, window: int, max_windows: int = REPUBLISH_WINDOWS
+) -> tuple[Record, int, int] | None:
+    """The latest (record, signal groups, first window) moved into `window`, or None: nothing
+    published yet, the record is in this window already, or it has outlived `max_windows`."""
+    if latest is None:
+        return None
+    record, signal, first = latest
+    if record.window >= window or window - first > max_windows:
+        return None
+    return dataclasses.replace(record, window=window), signal, first
