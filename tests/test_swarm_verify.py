@@ -11,12 +11,12 @@ import pytest
 from sapo_core.config import TaskConfig
 from sapo_core.rollouts import Completion, Group, QuestionId
 from sapo_core.swarm.records import Record, WireGroup
+from sapo_core.swarm.selection import sample_groups
 from sapo_core.swarm.verify import (
     JUNK_REASONS,
     CompletionCutter,
     PeerReputation,
     VerifyLimits,
-    sample_groups,
     verify_record,
 )
 from sapo_core.tasks import TaskSet

@@ -47,12 +47,11 @@ sending it with a scorer that accepts it (docs/swarm.md, 'What is checked, and w
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.records import LOGPROB_BOUND, MAX_TEXT_CHARS, Record
@@ -90,6 +89,36 @@ class QuestionSource(Protocol):
     def regenerate(self, qid: QuestionId) -> Question: ...
 
     def score(self, question: Question, completions: Sequence[str]) -> list[float]: ...
+
+
+class CachedQuestions:
+    """A `QuestionSource` with regenerated questions remembered: a record repeating one
+    question (64 copies of a slow bf item) costs one regeneration. Failures are remembered too."""
+
+    def __init__(self, tasks: QuestionSource, size: int = 512) -> None:
+        self._tasks = tasks
+        self._size = size
+        self._cache: OrderedDict[Any, Any] = OrderedDict()  # qid -> Question or the exception
+
+    def regenerate(self, qid: Any) -> Any:
+        hit = self._cache.get(qid)
+        if hit is None:
+            try:
+                hit = self._tasks.regenerate(qid)
+            except Exception as e:
+                hit = e
+            self._cache[qid] = hit
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        if isinstance(hit, Exception):
+            raise hit.with_traceback(None)
+        return hit
+
+    def score(self, question: Any, completions: Sequence[str]) -> list[float]:
+        return self._tasks.score(question, completions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tasks, name)
 
 
 @dataclass(frozen=True)
@@ -272,28 +301,6 @@ def likelihood_score(logprobs: Sequence[float], window: int) -> float:
     return worst / window
 
 
-def sample_groups(pool: Sequence[Group], want: int, rng: random.Random, per_peer: int | None = None) -> list[Group]:
-    """J groups uniformly without replacement from the verified pool (all of it if smaller),
-    no peer supplying more than `per_peer` of them (default ceil(J/2)) while groups of other
-    peers are left; only then does the rest of one peer's groups fill the remaining slots."""
-    want = min(max(want, 0), len(pool))
-    cap = per_peer if per_peer is not None else max(1, math.ceil(want / 2))
-    order = rng.sample(list(pool), len(pool))
-    taken: Counter = Counter()
-    out: list[Group] = []
-    rest: list[Group] = []
-    for g in order:
-        if len(out) == want:
-            break
-        if taken[g.source] < cap:
-            taken[g.source] += 1
-            out.append(g)
-        else:
-            rest.append(g)
-    out.extend(rest[: want - len(out)])
-    return out
-
-
 class PeerReputation:
     """Strikes for junk and for uselessness, a time-out for repeat offenders, trust for peers
     that gave good groups, and rejections counted per peer.
@@ -342,6 +349,10 @@ class PeerReputation:
 
     def trusted(self) -> list[str]:
         return list(self._trusted)
+
+    def struck(self) -> list[str]:
+        """Peers with strikes not yet forgiven (ignored ones may have none left)."""
+        return list(self._strikes)
 
     def is_suspect(self, peer_id: str) -> bool:
         """Struck and not yet forgiven: it does not count as a peer worth having found."""
