@@ -356,7 +356,12 @@ class DhtRolloutSource:
     def _verify_records(self, chosen: Sequence[IndexEntry], found: dict[str, Any], deadline: float) -> list[Group]:
         """Every chosen record's accepted groups; verification may outlast the gather's deadline
         by the grace only, and what it has no time for is not its peer's fault."""
-        limits = VerifyLimits(self.cutter, self.cfg.verify_cpu_seconds, deadline + self.cfg.verify_grace_seconds)
+        limits = VerifyLimits(
+            self.cutter,
+            self.cfg.verify_cpu_seconds,
+            deadline + self.cfg.verify_grace_seconds,
+            keep_flat_right=self.cfg.take == "mixed",
+        )
         pool: list[Group] = []
         for i, entry in enumerate(chosen):
             self.hooks.checkpoint()

@@ -16,7 +16,9 @@ For every group of a decoded peer record (records.py has already checked its sha
    of one answer are one completion, not a group;
 5. the rest is re-scored with *our* reward functions; the sender's rewards are never sent;
 6. groups with fewer than two distinct completions (`duplicates`) or whose rewards are all
-   equal (`zero_advantage`, the SAPO paper's filter, §4) are dropped;
+   equal (`zero_advantage`, the SAPO paper's filter, §4) are dropped; with
+   `VerifyLimits.keep_flat_right` (swarm.take = mixed) an all-equal group whose completions are
+   right stays: the node adopts its question and may learn from the right answer (adopt.py);
 7. the sender's sampling log-probs, where it sent them (records.py), must be plausible: each a
    finite log-prob not below -LOGPROB_BOUND, no more of them than the completion's text has
    bytes (+1) (`bad_logprobs`, junk: an honest sampler cannot produce them). They ride on a
@@ -166,6 +168,7 @@ class VerifyLimits:
     cutter: CompletionCutter | None = None  # None: completions are scored whole (tests, tools)
     cpu_seconds: float = math.inf  # per record, of this thread's CPU time
     deadline: float = math.inf  # time.perf_counter() after which nothing more is verified
+    keep_flat_right: bool = False  # accept all-equal groups of right completions (swarm.take = mixed)
 
 
 @dataclass
@@ -271,7 +274,7 @@ def _verify_group(
     for c, r in zip(completions, rewards):
         c.reward = r
     group = Group(question=question, completions=completions, source=peer_id, round=record.round, index=index)
-    if not group.has_signal():
+    if not group.has_signal() and not (limits.keep_flat_right and rewards[0] >= 1.0):
         return "zero_advantage", None
     return None, group
 
