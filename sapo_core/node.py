@@ -51,7 +51,8 @@ from sapo_core.checkpoint import Checkpoints, CheckpointState
 from sapo_core.config import NodeConfig, dump_config
 from sapo_core.control.threads import starting_threads
 from sapo_core.cpu import trim_heap, tune_heap
-from sapo_core.evaluation import EvalSettings, Evaluator, HeldOut, eval_within_share, held_out_line
+from sapo_core.evaluation import EvalSettings, HeldOut, eval_within_share, held_out_line
+from sapo_core.evaluator import Evaluator
 from sapo_core.figures import PhaseTimer, round_figures
 from sapo_core.fsutil import atomic_write_bytes, write_trouble
 from sapo_core.hardware import training_device

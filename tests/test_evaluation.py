@@ -12,22 +12,21 @@ import pytest
 import torch
 
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, PAPER_SPECIALTIES, ModelConfig, TaskConfig
+from sapo_core.evalbase import base_weights, load_cached
 from sapo_core.evaluation import (
     EVAL_SEED,
     MAX_EVAL_QUESTIONS,
     EvalScores,
     EvalSettings,
-    Evaluator,
     HeldOut,
-    base_weights,
     eval_question,
     eval_set,
     gains_by_dataset,
-    load_cached,
     paired_bootstrap,
     set_name,
     summarize,
 )
+from sapo_core.evaluator import Evaluator
 from sapo_core.tasks import LEVELS, MAX_INDEX, MAX_SEED, TaskSet, _generate
 
 DEFAULT = tuple(DEFAULT_TASK_WEIGHTS)
