@@ -62,13 +62,13 @@ def _window(tmp_path, tmp_path_factory, monkeypatch, server, keys, url: str, nod
 def _check(qtbot, w: MainWindow) -> list[str]:
     """Check now; the lines the check logged, once the window has shown what it found."""
     lines: list[str] = []
-    w.updater.checked.connect(lines.append)
-    assert w.updater.check_now()
+    w.update_flow.updater.checked.connect(lines.append)
+    assert w.update_flow.updater.check_now()
     final = ("no newer release", "SAPO Swarm", "update check failed")
     qtbot.waitUntil(lambda: any(line.startswith(final) for line in lines), timeout=20_000)
     if lines[-1].startswith("SAPO Swarm"):
-        qtbot.waitUntil(w.update_bar.isVisible, timeout=5_000)
-    w.updater.checked.disconnect(lines.append)
+        qtbot.waitUntil(w.update_flow.bar.isVisible, timeout=5_000)
+    w.update_flow.updater.checked.disconnect(lines.append)
     return lines
 
 
@@ -76,7 +76,7 @@ def test_a_wrongly_signed_manifest_offers_nothing(qtbot, tmp_path, tmp_path_fact
     url = _publish(server, Ed25519PrivateKey.generate(), "stranger", "0.9.0")
     w = _window(tmp_path, tmp_path_factory, monkeypatch, server, keys, url)
     lines = _check(qtbot, w)
-    assert "not one this node trusts" in lines[0] and w.update_bar.isHidden()
+    assert "not one this node trusts" in lines[0] and w.update_flow.bar.isHidden()
     assert "no newer release" in lines[-1]
     qtbot.waitUntil(lambda: any("not one this node trusts" in line.text for line in w.log.lines), timeout=5_000)
     assert os.readlink(tmp_path / "app/current") == "versions/0.1.0"
@@ -94,14 +94,14 @@ def test_update_now_waits_for_the_round_installs_and_a_bad_package_restarts_the_
         assert w.start_node()
         qtbot.waitSignal(w.bridge.round_done, timeout=START_MS).wait()
         _check(qtbot, w)
-        assert w.update_bar.isVisible() and "0.8.0 is available" in w.update_bar.label.text()
-        assert "Rounds a third faster." in w.update_bar.label.text()
+        assert w.update_flow.bar.isVisible() and "0.8.0 is available" in w.update_flow.bar.label.text()
+        assert "Rounds a third faster." in w.update_flow.bar.label.text()
         # a package that is not the signed one: nothing installed, and the node trains again
-        with qtbot.waitSignal(w.updater.done, timeout=START_MS) as done:
-            w.update_bar.update_button.click()
+        with qtbot.waitSignal(w.update_flow.updater.done, timeout=START_MS) as done:
+            w.update_flow.bar.update_button.click()
         assert done.args[0] is False and "the signed manifest says" in done.args[1]
         assert os.readlink(tmp_path / "app/current") == "versions/0.1.0"
-        assert w.update_bar.update_button.text() == "Try again" and w.update_bar.restart_button.isHidden()
+        assert w.update_flow.bar.update_button.text() == "Try again" and w.update_flow.bar.restart_button.isHidden()
         assert states.index(P.PAUSED) < states.index(P.STOPPED)  # paused after its round, then stopped
         qtbot.waitUntil(lambda: w.bridge.running, timeout=10_000)
         qtbot.waitSignal(w.bridge.round_done, timeout=START_MS).wait()
@@ -110,15 +110,15 @@ def test_update_now_waits_for_the_round_installs_and_a_bad_package_restarts_the_
         w.settings.set("updates/url", _publish(server, key, "good", "0.9.0"))
         _check(qtbot, w)
         states.clear()
-        with qtbot.waitSignal(w.updater.done, timeout=START_MS) as done:
-            w.update_bar.update_button.click()
-            assert "Waiting for the node to finish its round" in w.update_bar.label.text()
+        with qtbot.waitSignal(w.update_flow.updater.done, timeout=START_MS) as done:
+            w.update_flow.bar.update_button.click()
+            assert "Waiting for the node to finish its round" in w.update_flow.bar.label.text()
         assert done.args[0] is True and "0.9.0 is installed" in done.args[1]
         assert P.PAUSING in states and states.index(P.PAUSED) < states.index(P.STOPPED)
         assert not w.bridge.running  # it stays stopped: the new version starts it
         assert os.readlink(tmp_path / "app/current") == "versions/0.9.0"
         assert (tmp_path / "app/current/sapo-swarm").read_bytes().endswith(b"echo 0.9.0\n")
-        assert w.update_bar.restart_button.isVisible() and w.update_bar.update_button.isHidden()
+        assert w.update_flow.bar.restart_button.isVisible() and w.update_flow.bar.update_button.isHidden()
     finally:
         if w.bridge.running:
             w.bridge.stop_and_wait(timeout=30)
@@ -128,7 +128,7 @@ def test_update_now_waits_for_the_round_installs_and_a_bad_package_restarts_the_
 def test_a_source_copy_is_told_what_to_run_instead(qtbot, tmp_path, tmp_path_factory, monkeypatch, server, key, keys):
     url = _publish(server, key, "src", "0.9.1")
     w = _window(tmp_path, tmp_path_factory, monkeypatch, server, keys, url)
-    w.updater.where = updates.Installation("source", "")
+    w.update_flow.updater.where = updates.Installation("source", "")
     _check(qtbot, w)
-    assert w.update_bar.isVisible() and "git pull" in w.update_bar.label.text()
-    assert w.update_bar.update_button.isHidden()
+    assert w.update_flow.bar.isVisible() and "git pull" in w.update_flow.bar.label.text()
+    assert w.update_flow.bar.update_button.isHidden()
