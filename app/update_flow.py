@@ -6,7 +6,8 @@ the two widgets, hands it the node's stops and acts on its three signals.
 
 1. A check (a minute after start, then daily, or Check now) finds a newer release: the bar
    offers it, the tray says so once per release, and with `updates/automatic` on it goes on by
-   itself.
+   itself. A check that cannot confirm this copy is up to date (the repository's signed
+   metadata expired) says so in the bar, with why.
 2. Update now: a running node is asked to pause after its round (its checkpoint is written),
    then stopped; the window calls `node_stopped()` when it has, and the package downloads and
    installs. A node that is not running is not waited for.
@@ -45,10 +46,12 @@ class UpdateFlow(QObject):
         self._pending = self._start_after = False  # waiting for the node to stop; start it again if it fails
         self.updater.found.connect(self._on_updater_found)
         self.updater.checked.connect(self._on_updater_checked)
+        self.updater.unconfirmed.connect(self._on_updater_unconfirmed)
         self.updater.progress.connect(self.bar.downloading)
         self.updater.done.connect(self._on_updater_done)
         self.bar.update_requested.connect(self._on_bar_update_requested)
         self.bar.restart_requested.connect(self._on_bar_restart_requested)
+        self.bar.check_requested.connect(self._on_check_requested)
         self.settings_group.check_requested.connect(self._on_check_requested)
         bridge.state_changed.connect(self._on_bridge_state_changed)
 
@@ -75,6 +78,12 @@ class UpdateFlow(QObject):
     def _on_updater_checked(self, line: str) -> None:
         self.log_line.emit("info", line)
         self.settings_group.status_label.setText(line[:1].upper() + line[1:] + ".")
+
+    def _on_updater_unconfirmed(self, why: str) -> None:
+        self.log_line.emit("warning", f"SAPO Swarm cannot confirm it is up to date: {why}")
+        self.settings_group.status_label.setText(f"Cannot confirm this copy is up to date: {why}.")
+        if not self._pending and not self.updater.installing:  # an update under way keeps its bar
+            self.bar.unconfirmed(why)
 
     def _on_updater_found(self, release) -> None:
         installable = self.updater.package() is not None
