@@ -105,6 +105,31 @@ def honest_groups(seed: int, round: int, n: int = 3) -> list[Group]:
     return out
 
 
+def altered_groups(groups: list[Group]) -> list[Group]:
+    """The same groups with each question's text changed: a signed record only a hostile node
+    sends (refused as `text_mismatch`)."""
+    out = []
+    for g in groups:
+        out.append(dataclasses.replace(g, question=dataclasses.replace(g.question, text=g.question.text + "?")))
+    return out
+
+
+def scrape_metrics(url: str) -> tuple[str, dict[str, dict[tuple, float]], str]:
+    """A scrape of a page's /metrics on loopback, read by prometheus_client's own parser: (its
+    content type, {sample name: {labels as a sorted tuple: value}}, its text)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=10) as r:
+        kind, text = r.headers["Content-Type"], r.read().decode()
+    samples: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return kind, samples, text
+
+
 def attacker_store(attacker, targets, key: str, value: bytes, subkey: bytes, expiration: float) -> list:
     """Send raw (already signed or not) bytes straight to storage nodes, skipping every check
     an honest node would make before storing."""
