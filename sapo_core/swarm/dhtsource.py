@@ -99,6 +99,8 @@ class DhtRolloutSource:
         self._used: OrderedDict[tuple[str, int], set[int]] = OrderedDict()  # (peer, round) -> group indices
         self._receipts: set[tuple[str, int, int]] = set()  # naming us, found this round
         self._round: int | None = None
+        self._round_started: float | None = None  # monotonic, when this round first touched the swarm
+        self.round_seconds: float | None = None  # the last round's wall time, for the page's /metrics
         self._figures: Counter = Counter()
         self._dht_rejections_before: dict[str, int] = {}
         self._entries_per_key: float | None = None  # moving average over gathers
@@ -134,7 +136,10 @@ class DhtRolloutSource:
 
     def _begin(self, round: int) -> None:
         if round != self._round:
-            self._round = round
+            now = time.monotonic()
+            if self._round is not None and self._round_started is not None and round > self._round:
+                self.round_seconds = (now - self._round_started) / (round - self._round)
+            self._round, self._round_started = round, now
             self._figures = Counter()
             self._receipts = set()
             self._dht_rejections_before = self.dht.dht_rejections.snapshot()
@@ -260,6 +265,11 @@ class DhtRolloutSource:
             self._held_out = held_out
 
     # --- publishing's steps -------------------------------------------------------------------
+
+
+    def own_figures(self) -> dict[str, Any]:
+        """This node's round, last round time and held-out figure, for its page's /metrics."""
+        return {"round": self._round, "round_seconds": self.round_seconds, "held_out": self._held_out}
 
     def _items(self, record: Record, signal_groups: int, now: float) -> list[Item]:
         """The record and its index entry, ready to store (publish.py)."""

@@ -117,7 +117,8 @@ def open_swarm(
 
         join = [source.join_address] if source.join_address else []
         try:
-            page = start_page(dht, keyspace, tasks, identity, join, cfg.page_host, cfg.page_port, data_dir=identity_dir)
+            args = (dht, keyspace, tasks, identity, join, cfg.page_host, cfg.page_port)
+            page = start_page(*args, data_dir=identity_dir, own=source.own_figures)
             source.page = page
             log.info(f"swarm: the swarm's page, as this node sees it: {source.page.url}")
         except OSError as e:  # the node trains without its page
