@@ -290,7 +290,9 @@ class Node:
         with timer("sync"):
             if batch.sequences:
                 if self._sampler.check_drift(figures.get("sampler/logprob_drift")):
-                    self.cfg = cfg = cfg.replace(**{"sampler.quantization": "f16"})
+                    # the sampler's own state, not the run's config (config.toml stays what it ran with)
+                    figures["sampler/switched_to_f16"] = 1.0
+                    self.store.set_meta("sampler_switched", f"f16 export after round {r} (log-prob drift)")
                 self._sampler.sync_policy(policy)
 
         # 7. held-out evaluation every eval.every_rounds (within eval.max_share) and at the end of the run

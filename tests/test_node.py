@@ -458,6 +458,7 @@ def test_drift_above_the_limit_falls_back_to_the_f16_export(tmp_path, data_dir):
         assert node._sampler.check_drift(DRIFT_LIMIT * 3)
         assert node._sampler.inner is not q8 and node._sampler.cfg.quantization == "f16"
         assert node._sampler.status()["model_path"].endswith(".f16.gguf")
+        assert node.cfg.sampler.quantization == "q8_0"  # the run's config is what it started with
     finally:
         node.close()
 

@@ -266,7 +266,6 @@ class DhtRolloutSource:
 
     # --- publishing's steps -------------------------------------------------------------------
 
-
     def own_figures(self) -> dict[str, Any]:
         """This node's round, last round time and held-out figure, for its page's /metrics."""
         return {"round": self._round, "round_seconds": self.round_seconds, "held_out": self._held_out}
