@@ -309,6 +309,8 @@ class Node:
         metrics.update(figures)
         if refill is not None:
             metrics.update(refill.figures)
+        if adopted is not None:  # the peers' groups that taught: their questions, and their answers where we failed
+            metrics["groups/external"] = float(len(adopted.own) + len(adopted.mixed))
         metrics.update(evaluated)
         if self._source is not None:
             self._swarm_step("stats", swarm_failures, lambda: metrics.update(self._source.stats()))

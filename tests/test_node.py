@@ -501,7 +501,7 @@ def test_mixed_take_adopts_peers_questions_and_guides_where_we_fail(tmp_path, da
     node.setup()
     m = node.run_round()
     assert m["swarm/adopt_offered"] == 2 and m["swarm/adopt_guided"] == 2 and m["swarm/adopt_on_policy"] == 0
-    assert m["groups/trained"] == 2 and m["train/guide_tokens"] > 0
+    assert m["groups/trained"] == 2 and m["train/guide_tokens"] > 0 and m["groups/external"] == 2
     m2 = node.run_round()
     node.close()
     assert node.source.receipts[-1] == [("peer-x", 1, 0), ("peer-x", 1, 1)]  # named in the next record
