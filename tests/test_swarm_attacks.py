@@ -657,12 +657,15 @@ def test_a_24_identity_flood_does_not_starve_the_honest_peer(world, verifier, cu
 
 
 @pytest.mark.slow
-def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
+@pytest.mark.parametrize("take, judge", [("paper", "policy"), ("mixed", "either")])
+def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch, take, judge):
     """A real node (the embedded model) joins the victim's swarm; an attacker publishes right
     answers with injected links and garbage preambles with the answer, an honest peer plain
     right and wrong answers. Over two rounds (~4 min on an idle 2-core machine) the node's update
     sees honest peer text and not one poisoned completion (the cut, the duplicates collapse and the
-    likelihood floor)."""
+    likelihood floor). Also under swarm.take = mixed with either judge (our policy or the base
+    model): a poisoned right answer is no guide, and a group left without a likely right answer
+    is not adopted."""
     from sapo_core.config import NodeConfig
     from sapo_core.node import Node
 
@@ -680,6 +683,8 @@ def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
             "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
             "swarm.initial_peers": [world["victim"].join_address],
             "swarm.identity_path": str(tmp_path / "id.key"),
+            "swarm.take": take,
+            "swarm.likelihood_judge": judge,
         }
     )
     node = Node(cfg)
@@ -726,4 +731,7 @@ def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
         f"external groups {[m['groups/external'] for m in metrics]}"
     )
     assert poisoned_trained == []
-    assert trained  # the honest peer's groups were trained on
+    if take == "paper":
+        assert trained  # the honest peer's groups were trained on
+    else:  # their questions were adopted: as ours where we had spread, with a guide where we failed
+        assert sum(m.get("swarm/adopt_offered", 0) for m in metrics) > 0
