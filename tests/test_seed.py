@@ -143,6 +143,7 @@ def test_a_live_seed_s_metrics_parse_and_agree_with_its_status(tmp_path):
         assert (one["sapo_swarm_rounds_per_window"], one["sapo_swarm_groups_per_window"]) == (2, 6)
         assert one["sapo_swarm_held_out_median_self_reported"] == 0.312 and one["sapo_swarm_window_seconds"] == 60
         assert one["sapo_dht_peers"] >= 2
+        assert one["sapo_dht_records_held"] >= 1  # the two nodes' records and index entries, replicated to it
         # the seed and its p2pd: more than the Python process alone
         assert one["sapo_process_tree_resident_memory_bytes"] > one["process_resident_memory_bytes"] > 20e6
         assert one["sapo_process_tree_cpu_seconds_total"] >= one["process_cpu_seconds_total"] > 0

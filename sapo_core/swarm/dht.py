@@ -333,6 +333,12 @@ class SwarmDHT:
             return set()
         return {p.to_base58() for p in list(node.protocol.routing_table.uid_to_peer_id.values())}
 
+    def records_held(self) -> int:
+        """Values this DHT node holds for the swarm (its own and peers'): what it serves to any peer
+        that asks for their keys. 0 before the node exists."""
+        node = self._node
+        return 0 if node is None else len(node.protocol.storage)
+
     async def _store(self, items: Sequence[tuple[str, bytes, float]]) -> dict[str, bool]:
         from sapo_core.swarm.validation import owner_tag
 

@@ -95,6 +95,11 @@ class SwarmCollector:
 
         if self.dht is not None:
             yield _gauge("sapo_dht_peers", "Peers in this host's DHT routing table", self.dht.num_peers())
+            yield _gauge(
+                "sapo_dht_records_held",
+                "Values this host's DHT holds for the swarm (records and index entries), served to any peer that asks",
+                self.dht.records_held(),
+            )
             refused = bounded(self.dht.dht_rejections.snapshot(), DHT_REASONS)
             yield _by_reason("sapo_dht_values_refused", "Values this host's DHT refused to store, by reason", refused)
         cpu, rss = tree_usage()
