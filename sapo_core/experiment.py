@@ -38,6 +38,7 @@ from sapo_core.config import DEFAULT_TASK_WEIGHTS, ConfigError, NodeConfig, fiel
 from sapo_core.experiment_report import PLOT_NEEDS_MATPLOTLIB, read_rows, write_outputs
 from sapo_core.experiment_runs import (
     STOP_GRACE_SECONDS,
+    VETERAN_INDEX,
     log_prefix,
     ordered,
     raise_on_sigterm,
@@ -241,9 +242,6 @@ def node_config(args: argparse.Namespace, out: Path, seed: int, arm: Arm, index:
     if arm.overrides:
         cfg = cfg.replace(**dict(arm.overrides))
     return cfg.replace(**{"swarm.enabled": cfg.round.external_groups > 0})
-
-
-VETERAN_INDEX = 100  # node indices from here are veterans (--veterans): seeds and identities of their own
 
 
 # --- the command ----------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from sapo_core import logs
 from sapo_core.experiment_report import write_outputs
 from sapo_core.roundshape import RoundShape
 
+VETERAN_INDEX = 100  # node indices from here are veterans (--veterans): seeds and identities of their own
+
 # (seed, arm, node index, join address or None) -> that node's NodeConfig
 ConfigOf = Callable[[int, Any, int, "str | None"], Any]
 
@@ -215,8 +217,6 @@ def run_arm(args: argparse.Namespace, config_of: ConfigOf, seed: int, arm) -> li
 
 def _veteran_indices(args: argparse.Namespace, config_of: ConfigOf, seed: int, arm) -> list[int]:
     """The node indices of this run's veterans (--veterans): none in an isolated arm."""
-    from sapo_core.experiment import VETERAN_INDEX
-
     if not getattr(args, "veterans", None) or not config_of(seed, arm, 0, None).swarm.enabled:
         return []
     return [VETERAN_INDEX + v for v in range(args.veterans_per_seed)]
@@ -226,8 +226,6 @@ def _copy_veteran(args: argparse.Namespace, config_of: ConfigOf, seed: int, arm,
     """The config of veteran `index`, its run directory a fresh copy of a trained node's (seed s
     takes the pool's directories s*V .. s*V+V-1, round robin): it resumes where that run stopped."""
     import shutil
-
-    from sapo_core.experiment import VETERAN_INDEX
 
     v = index - VETERAN_INDEX
     pool = args.veterans
