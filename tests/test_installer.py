@@ -333,7 +333,12 @@ def test_one_install_plan_that_pyproject_agrees_with_and_no_installer_copies() -
     llama = [d for d in project["dependencies"] if d.startswith("llama-cpp-python")]
     assert llama == [f"llama-cpp-python>={plan.llama_cpp_python},<0.4"]
     assert plan.portable_cmake_args == "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-    readers = ["installer/install.sh", "installer/install.ps1", "installer/package.sh"]
+    readers = [
+        "installer/install.sh",
+        "installer/install.ps1",
+        "installer/package.sh",
+        ".github/workflows/platforms.yml",
+    ]
     readers += [str(p.relative_to(REPO)) for p in (REPO / "sapo_core" / "commands").glob("doctor*.py")]
     values = [plan.torch, plan.llama_cpp_python, "GGML_AVX2", "2.2.2", "download.pytorch.org/whl/cpu"]
     for path in readers:
