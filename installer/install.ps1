@@ -38,7 +38,16 @@ $ErrorActionPreference = "Stop"
 Set-StrictMode -Version 3
 
 $Repo = (Resolve-Path (Join-Path $PSScriptRoot "..")).Path
-$TorchVersion = if ($env:SAPO_TORCH_VERSION) { $env:SAPO_TORCH_VERSION } else { "2.13.0" }
+# Versions and build flags come from the install plan, which install.sh, package.sh and
+# `sapo-node doctor` read too: one `key = "value"` a line (resources/install-plan.toml says each).
+$Plan = @{}
+foreach ($line in Get-Content (Join-Path $Repo "resources\install-plan.toml")) {
+  if ($line -match '^(\w+)\s*=\s*"([^"]*)"') { $Plan[$Matches[1]] = $Matches[2] }
+}
+foreach ($key in @("python", "torch", "llama_cpp_python", "llama_flags", "llama_x86_features")) {
+  if (-not $Plan.ContainsKey($key)) { throw "resources\install-plan.toml lacks $key; restore it from the repository" }
+}
+$TorchVersion = if ($env:SAPO_TORCH_VERSION) { $env:SAPO_TORCH_VERSION } else { $Plan["torch"] }
 if (-not $TorchIndex -and $env:SAPO_TORCH_INDEX) { $TorchIndex = $env:SAPO_TORCH_INDEX }
 # sapo_core.paths.data_dir(): platformdirs' user data dir for "sapo-swarm" (appauthor=False).
 $DataDir = Join-Path $env:LOCALAPPDATA "sapo-swarm"
@@ -188,10 +197,8 @@ Write-Host "Installing SAPO Swarm into $Prefix (log: $Log)"
 Start-Step "system check"
 $problems = @()
 $notes = @()
-$pyproject = Get-Content -Raw (Join-Path $Repo "pyproject.toml")
-$minPy = [version]"3.11"
-if ($pyproject -match 'requires-python\s*=\s*">=\s*(\d+\.\d+)') { $minPy = [version]$Matches[1] }
-if ($pyproject -match '"llama-cpp-python\s*>=\s*([0-9.]+)') { $LlamaVersion = $Matches[1] } else { Fail "pyproject.toml names no llama-cpp-python>=VERSION" }
+$minPy = [version]$Plan["python"]
+$LlamaVersion = $Plan["llama_cpp_python"]
 
 $PyExe = ""; $PyVersion = ""
 $candidates = @()
@@ -227,11 +234,13 @@ if ($TorchKind -eq "cuda" -and -not $TorchIndex) {
   $TorchIndex = "https://download.pytorch.org/whl/$cu"
 }
 
-# llama.cpp flags: never native (AMX kernels crash on some CPUs), AVX-512 only where present.
-$flags = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+# llama.cpp flags: never native (AMX kernels crash on some CPUs); the plan's x86 features (any
+# CPU with AVX2), AVX-512 only where present.
+$flags = $Plan["llama_flags"]
+foreach ($f in ($Plan["llama_x86_features"] -split "\s+" | Where-Object { $_ })) { $flags += " -DGGML_$($f.ToUpper())=ON" }
 try {
   if ([System.Runtime.Intrinsics.X86.Avx512F]::IsSupported -and [System.Runtime.Intrinsics.X86.Avx512BW]::IsSupported) { $flags += " -DGGML_AVX512=ON" }
-  if (-not [System.Runtime.Intrinsics.X86.Avx2]::IsSupported) { $flags = "-DGGML_NATIVE=OFF -DGGML_AVX=ON" }
+  if (-not [System.Runtime.Intrinsics.X86.Avx2]::IsSupported) { $flags = "$($Plan['llama_flags']) -DGGML_AVX=ON" }
 } catch { $notes += "cannot read CPU features in this PowerShell; building llama.cpp for AVX2 (any x86-64 CPU from 2013 on)" }
 $LlamaBackend = "cpu"
 if ($TorchKind -eq "cuda") {

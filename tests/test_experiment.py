@@ -494,3 +494,22 @@ def test_newcomers_among_veterans(tmp_path, data_dir):
     summary = (out / "summary.txt").read_text()
     assert "1/1 - 2/0: " in summary and "over 1 seed" in summary
     assert "veterans: held-out" in summary and "newcomers reach the veterans' level" in summary
+
+
+@pytest.mark.node_process
+def test_the_command_prints_its_comparison_after_the_runs(tmp_path, env):
+    """`sapo-experiment` as a volunteer runs it (its own process): two isolated arms of the
+    tiny-random node to the summary it prints last, each arm against the first."""
+    argv = [*_DRY, "--seeds", "1", "--eval-every", "0", "--arm", "base:", "--arm", "lr:train.learning_rate=1e-3"]
+    done = subprocess.run(
+        [sys.executable, "-m", "sapo_core.experiment", *argv, "--out", str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout.splitlines()
+    after = out[next(i for i, line in enumerate(out) if line.startswith("done in ")) :]
+    assert any(line.startswith("lr - base: ") and "over 2 (seed, node) pairs" in line for line in after), after
+    assert after[-1].startswith("lr: total training reward (the paper's measure) "), after[-1]

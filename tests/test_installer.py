@@ -315,3 +315,33 @@ def test_every_dependency_is_pinned_within_what_pyproject_allows() -> None:
             continue  # another Python's line (PySide6 has one per Python)
         assert name in pins, f"{req.name} has no pin in installer/constraints.txt"
         assert req.specifier.contains(pins[name], prereleases=True), (req.name, pins[name], str(req.specifier))
+
+
+def test_one_install_plan_that_pyproject_agrees_with_and_no_installer_copies() -> None:
+    """resources/install-plan.toml holds the torch pin, llama-cpp-python's version, llama.cpp's
+    flags and the oldest Python; pyproject.toml's bounds match it, and no installer nor doctor
+    keeps a copy of its values (a second copy is how they drifted apart: doctor accepted 3.10)."""
+    import tomllib
+
+    from sapo_core.commands.doctor_plan import load_install_plan, parse_install_plan
+
+    plan_text = (REPO / "resources" / "install-plan.toml").read_text()
+    plan = parse_install_plan(plan_text)
+    assert load_install_plan() == plan  # what the doctor reads as package data is this file
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == f">={plan.python[0]}.{plan.python[1]}"
+    llama = [d for d in project["dependencies"] if d.startswith("llama-cpp-python")]
+    assert llama == [f"llama-cpp-python>={plan.llama_cpp_python},<0.4"]
+    assert plan.portable_cmake_args == "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+    readers = [
+        "installer/install.sh",
+        "installer/install.ps1",
+        "installer/package.sh",
+        ".github/workflows/platforms.yml",
+    ]
+    readers += [str(p.relative_to(REPO)) for p in (REPO / "sapo_core" / "commands").glob("doctor*.py")]
+    values = [plan.torch, plan.llama_cpp_python, "GGML_AVX2", "2.2.2", "download.pytorch.org/whl/cpu"]
+    for path in readers:
+        text = (REPO / path).read_text()
+        assert "install-plan.toml" in text or path.endswith(("doctor_display.py", "doctor_probes.py")), path
+        assert not [v for v in values if v in text], (path, [v for v in values if v in text])

@@ -1,6 +1,6 @@
 """The self-contained package: its launcher, spec and build script (fast, every CI run), and the
 built packages in a clean Debian root (`-m package`, needs root and SAPO_PACKAGE_DIR: the build
-takes ~15 minutes, so CI checks the parts and `sapo-bench package` the whole; README, "Packages")."""
+takes ~15 minutes, so CI checks the parts and `sapo-bench package` the whole; docs/install.md, "Packages")."""
 
 from __future__ import annotations
 

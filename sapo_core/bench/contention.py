@@ -41,6 +41,7 @@ from pathlib import Path
 
 import psutil
 
+from sapo_core.bench.settings import add_set_argument, node_config
 from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
@@ -63,6 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--model", default=EMBEDDED)
     parser.add_argument("--seed", type=int, default=0)
+    add_set_argument(parser)
 
 
 def _spin(counter, stop) -> None:  # pragma: no cover - runs in a spawned child
@@ -125,7 +127,7 @@ def _config(args: argparse.Namespace, setup: str, run_dir: Path) -> NodeConfig:
         changes["sampler.threads"] = args.fixed
     elif setup != "default":
         raise SystemExit(f"unknown setup {setup!r}: default, all-cores or fixed")
-    return NodeConfig().replace(**changes)
+    return node_config(changes, args.set)
 
 
 def _load() -> float:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psutil
 
+from sapo_core.bench.settings import add_set_argument, node_config
 from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
@@ -52,12 +53,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="node threads (0 = the node's own choice)")
     parser.add_argument("--run-dir", default="", help="run directory (default: a temporary one)")
     parser.add_argument("--seed", type=int, default=0)
+    add_set_argument(parser)
 
 
 def _config(args: argparse.Namespace, run_dir: Path) -> NodeConfig:
     # kl_beta > 0 trains every group, so every round has a training phase for pauses to land in
-    return NodeConfig().replace(
-        **{
+    return node_config(
+        {
             "model.name": args.model,
             "sampler.backend": args.sampler,
             "swarm.enabled": False,
@@ -70,7 +72,8 @@ def _config(args: argparse.Namespace, run_dir: Path) -> NodeConfig:
             "sampler.threads": args.threads,
             "run_dir": str(run_dir),
             "seed": args.seed,
-        }
+        },
+        args.set,
     )
 
 

@@ -1,10 +1,12 @@
 """`sapo-bench floor`: where the likelihood floor on peers' text should sit.
 
-The embedded model samples completions on the default task mix as a node's round does
-(llama.cpp sampler, the node's temperature and max_new_tokens). Each is then treated as a
-peer's completion -- re-tokenised, cut to our limit, the stop token only if it finished -- and
-scored as the node scores peers' text (`verify.likelihood_score`: the lowest mean
-log-likelihood per token over `swarm.likelihood_window` tokens, under the current policy).
+The embedded model (or `--set model.name=...`) samples completions on the default task mix as a
+node's round does (`Node._sample_and_score`: the node's sampler, temperature and
+max_new_tokens). Each is then treated as a peer's completion, its text alone -- re-tokenised,
+cut to our limit, the stop token only if it finished (`batch.external_token_ids`) -- and scored
+as the node scores peers' text (`Node._peer_logprobs`, then `verify.likelihood_score`: the
+lowest mean log-likelihood per token over `swarm.likelihood_window` tokens, under the current
+policy).
 Beside them, two poisons built from the same questions with the right answer in them: the
 honest completion with a link injected before its answer, and a ~6 KB garbage preamble
 followed by the answer (which the cut leaves as garbage alone).
@@ -23,6 +25,8 @@ import statistics
 import tempfile
 import time
 
+from sapo_core.bench.settings import add_set_argument, node_config
+
 URL_LINES = (
     "For the full worked solution visit https://free-math-answers.example.com/s?id={n}&ref=swarm now.",
     "Claim your prize at http://bit.ly/{n}Xq9 before it expires!",
@@ -33,7 +37,24 @@ URL_LINES = (
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--questions", type=int, default=40, help="questions sampled (G completions each)")
     parser.add_argument("--group-size", type=int, default=8, help="completions per question (G)")
+    parser.add_argument("--threads", type=int, default=0, help="sampler and torch threads (0 = the node's choice)")
     parser.add_argument("--seed", type=int, default=0)
+    add_set_argument(parser)
+
+
+def floor_config(run_dir: str, args: argparse.Namespace):
+    """The node's defaults, alone, at --group-size, --threads and --seed, with --set's changes."""
+    changes = {
+        "run_dir": run_dir,
+        "swarm.enabled": False,
+        "round.external_groups": 0,
+        "round.auto_scale": False,
+        "eval.enabled": False,
+        "sampler.group_size": args.group_size,
+        "sampler.threads": args.threads,
+        "seed": args.seed,
+    }
+    return node_config(changes, args.set)
 
 
 def _garbage(rng: random.Random, chars: int) -> str:
@@ -41,68 +62,58 @@ def _garbage(rng: random.Random, chars: int) -> str:
     return "".join(rng.choice(alphabet) for _ in range(chars))
 
 
-def run(args: argparse.Namespace) -> int:
-    from sapo_core.config import NodeConfig
-    from sapo_core.node import Node, mixed_seed
+def sample_as_peers(node, questions: int, rng: random.Random) -> dict[str, list]:
+    """(group, completion) pairs as a peer would send them (text and whether it finished, no token
+    ids): the node's own completions ("honest"), and per question one with a link injected before
+    the right answer and one of a ~6 KB garbage preamble and the right answer."""
+    from sapo_core.figures import PhaseTimer
     from sapo_core.rollouts import Completion
-    from sapo_core.sampler import SamplingParams
+
+    pairs: dict[str, list] = {"honest": [], "injected link": [], "garbage preamble": []}
+    done, r = 0, 1
+    while done < questions:
+        asked = node.tasks.sample_questions(r, min(8, questions - done))
+        groups, _, _ = node._sample_and_score(r, asked, PhaseTimer())
+        for g in groups:
+            pairs["honest"] += [(g, Completion(c.text, finished=c.finished)) for c in g.completions]
+            answer = g.question.answer
+            line = rng.choice(URL_LINES).format(n=rng.randrange(10**6))
+            poisoned = f"{g.completions[0].text.rstrip()}\n{line}\nAnswer: {answer}"
+            pairs["injected link"].append((g, Completion(poisoned, finished=True)))
+            preamble = f"{_garbage(rng, 6000)}\nAnswer: {answer}"
+            pairs["garbage preamble"].append((g, Completion(preamble, finished=True)))
+        done += len(asked)
+        r += 1
+    return pairs
+
+
+def run(args: argparse.Namespace) -> int:
+    from sapo_core.node import Node
     from sapo_core.swarm.verify import likelihood_score
-    from sapo_core.trainer import TrainSequence
 
     started = time.perf_counter()
     rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = NodeConfig().replace(
-            **{
-                "run_dir": tmp,
-                "swarm.enabled": False,
-                "round.external_groups": 0,
-                "sampler.group_size": args.group_size,
-                "seed": args.seed,
-            }
-        )
+    with tempfile.TemporaryDirectory(prefix="sapo-bench-floor-") as tmp:
+        cfg = floor_config(tmp, args)
         node = Node(cfg)
-        node.setup()
-        policy, window, floor = node.policy, cfg.swarm.likelihood_window, cfg.swarm.likelihood_floor
-        honest: list[TrainSequence] = []
-        url: list[TrainSequence] = []
-        garbage: list[TrainSequence] = []
-        done, r = 0, 1
-        while done < args.questions:
-            questions = node.tasks.sample_questions(r, min(8, args.questions - done))
-            prompts = [policy.encode_prompt(node.tasks.messages(q)) for q in questions]
-            seeds = [mixed_seed(args.seed, "floor", r, k) for k in range(len(questions))]
-            params = SamplingParams(
-                n=args.group_size,
-                max_new_tokens=cfg.sampler.max_new_tokens,
-                temperature=cfg.sampler.temperature,
-                top_p=cfg.sampler.top_p,
-                stop_token_ids=policy.eos_ids,
-            )
-            for q, prompt, seqs in zip(questions, prompts, node._sample(prompts, seeds, params)):
-                for s in seqs:  # as a peer's completion: text, re-tokenised, cut, stop token if finished
-                    text = policy.decode(s.token_ids)
-                    honest.append(TrainSequence(prompt, node._external_ids(Completion(text, finished=s.finished)), 0.0))
-                body = policy.decode(seqs[0].token_ids).rstrip()
-                line = rng.choice(URL_LINES).format(n=rng.randrange(10**6))
-                poisoned = f"{body}\n{line}\nAnswer: {q.answer}"
-                url.append(TrainSequence(prompt, node._external_ids(Completion(poisoned, finished=True)), 0.0))
-                preamble = f"{_garbage(rng, 6000)}\nAnswer: {q.answer}"
-                garbage.append(TrainSequence(prompt, node._external_ids(Completion(preamble, finished=True)), 0.0))
-            done += len(questions)
-            r += 1
-        sample_s = time.perf_counter() - started
-        scores = {}
-        for name, seqs in (("honest", honest), ("injected link", url), ("garbage preamble", garbage)):
-            lps = node.trainer.completion_logprobs(seqs)
-            scores[name] = {
-                "window": [likelihood_score(x, window) for x in lps if x],
-                "mean": [statistics.fmean(x) for x in lps if x],
-            }
-        node.close()
+        try:
+            node.setup()
+            window, floor = cfg.swarm.likelihood_window, cfg.swarm.likelihood_floor
+            pairs = sample_as_peers(node, args.questions, rng)
+            sample_s = time.perf_counter() - started
+            scores = {}
+            for name, these in pairs.items():
+                lps = node._peer_logprobs(these)
+                scores[name] = {
+                    "window": [likelihood_score(x, window) for x in lps if x],
+                    "mean": [statistics.fmean(x) for x in lps if x],
+                }
+        finally:
+            node.close()
+    honest, url, garbage = (len(pairs[k]) for k in ("honest", "injected link", "garbage preamble"))
     print(
-        f"{len(honest)} honest completions of {args.questions} questions (sampled in {sample_s:.0f} s), "
-        f"{len(url)} with an injected link, {len(garbage)} with a ~6 KB garbage preamble; window {window} tokens"
+        f"{honest} honest completions of {args.questions} questions (sampled in {sample_s:.0f} s), "
+        f"{url} with an injected link, {garbage} with a ~6 KB garbage preamble; window {window} tokens"
     )
     for name, by in scores.items():
         for kind, xs in by.items():
@@ -117,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     rate = {k: sum(x >= floor for x in v["window"]) / len(v["window"]) for k, v in scores.items()}
     print(
         f"floor: honest pass {rate['honest']:.3f} at {floor:g} (p5 {p5:.2f}), injected link pass "
-        f"{rate['injected link']:.3f}, garbage pass {rate['garbage preamble']:.3f}, {len(honest)} completions, "
+        f"{rate['injected link']:.3f}, garbage pass {rate['garbage preamble']:.3f}, {honest} completions, "
         f"{time.perf_counter() - started:.0f} s"
     )
     return 0

@@ -184,6 +184,13 @@ def run(args: argparse.Namespace) -> int:
         rows["rl-swarm way (generate x G)"] = (n, dt)
         print(f"rl-swarm way: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s", flush=True)
 
+    _report(rows, rtt, steps, drift)
+    return 0
+
+
+def _report(rows: dict[str, tuple[int, float]], rtt: float, steps: int, drift: float) -> None:
+    """The table of (tokens, seconds) per way, the process boundary's share, the drift, and the
+    summary line."""
     print()
     print(f"{'method':32s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>7s}")
     for name, (n, dt) in rows.items():
@@ -201,4 +208,3 @@ def run(args: argparse.Namespace) -> int:
     rl_text = f"{rl:.0f}" if rl else "skipped"
     ratio = f"{ours / rl:.1f}" if rl else "n/a"
     print(f"generation: ours {ours:.0f} tok/s, rl-swarm way {rl_text} tok/s, HF batched {hf:.0f} tok/s, ratio {ratio}")
-    return 0

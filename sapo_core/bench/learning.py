@@ -9,7 +9,7 @@ store holds them. Ends with one line:
     CPU-hour; per dataset basic_arithmetic +0.48 (+0.38..+0.58); ...; 56 min, 1.85 CPU-hours
 
 The goal is a held-out solve rate of 0.50 after 150 rounds on the embedded model, every
-dataset's gain with its interval above 0: a figure for the README, not a test. CPU-hours count
+dataset's gain with its interval above 0: a figure for docs/benchmarks.md, not a test. CPU-hours count
 the node's process and its sampler (evaluations included). The default run takes under an hour
 on 2 free cores (docs/calibration.md,
 'Held-out evaluation schedule'); on a busy machine give `--threads 1` (docs/environment.md,

@@ -15,17 +15,19 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from sapo_core.bench.settings import add_set_argument, node_config
+
 GOAL = 1.5
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local", type=int, default=3, help="questions in the real round (I)")
+    add_set_argument(p, "the real")
 
 
 def run(args: argparse.Namespace) -> int:
     from sapo_core.catalog import estimate_round, load_catalogue
     from sapo_core.commands.hardware import run_probe
-    from sapo_core.config import NodeConfig
     from sapo_core.hardware import detect_hardware
     from sapo_core.node import Node
 
@@ -35,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         changes = {"model.name": embedded.id, "run_dir": str(Path(tmp) / "run"), "swarm.enabled": False,
                    "round.external_groups": 0, "round.auto_scale": False, "round.local_groups": args.local,
                    "train.kl_beta": 0.01, "eval.enabled": False}  # fmt: skip
-        cfg = NodeConfig().replace(**changes)
+        cfg = node_config(changes, args.set)
         estimate = estimate_round(embedded, detect_hardware(), cfg, probe)
         node = Node(cfg)
         node.setup()

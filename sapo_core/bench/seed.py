@@ -124,6 +124,25 @@ def _page_says(port: int) -> str:
     )
 
 
+def _churn(peers: list, share: float, rng: random.Random, new_peer) -> None:
+    """`share` of the peers leave (closed) and as many new ones join through the seed."""
+    gone = rng.sample(peers, max(1, round(share * len(peers))))
+    for p in gone:
+        p.close()
+        peers.remove(p)
+    with ThreadPoolExecutor(4) as pool:
+        peers += list(pool.map(new_peer, range(len(gone))))
+
+
+def _stop(seed: subprocess.Popen) -> None:
+    """SIGTERM, as a service manager stops it; killed after 30 s."""
+    seed.send_signal(signal.SIGTERM)
+    try:
+        seed.wait(30)
+    except subprocess.TimeoutExpired:
+        seed.kill()
+
+
 def run(args: argparse.Namespace) -> int:
     from sapo_core.swarm.source import open_swarm
     from sapo_core.tasks import TaskSet
@@ -180,13 +199,8 @@ def run(args: argparse.Namespace) -> int:
                 f"round {r}: seed RSS {rss:.0f} MB, gather p50 {_pct(times, 50):.3f} s max {max(times):.3f} s"
                 + (" (warm-up)" if r == 0 else "")
             )
-            if r < args.rounds and args.churn > 0:  # some leave, as many new ones join through the seed
-                gone = rng.sample(peers, max(1, round(args.churn * len(peers))))
-                for p in gone:
-                    p.close()
-                    peers.remove(p)
-                with ThreadPoolExecutor(4) as pool:
-                    peers += list(pool.map(new_peer, range(len(gone))))
+            if r < args.rounds and args.churn > 0:
+                _churn(peers, args.churn, rng, new_peer)
         _, cpu1, _ = _usage(seed.pid)
         wall = time.perf_counter() - t0
         print(_page_says(page_port))
@@ -194,11 +208,7 @@ def run(args: argparse.Namespace) -> int:
         sampler.done.set()
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda p: p.close(), peers))
-        seed.send_signal(signal.SIGTERM)
-        try:
-            seed.wait(30)
-        except subprocess.TimeoutExpired:
-            seed.kill()
+        _stop(seed)
     share = 100 * (cpu1 - cpu0) / wall if wall > 0 else float("nan")
     print(f"seed CPU {cpu1 - cpu0:.1f} s over {wall:.0f} s of measured rounds; exit code {seed.returncode}")
     print(

@@ -51,22 +51,10 @@ from pathlib import Path
 from sapo_core.config import NodeConfig, SwarmConfig, TaskConfig
 from sapo_core.rollouts import Completion, Group
 
-FIELDS = [
-    "round",
-    "wall_s",
-    "round_s",
-    "rss_mb",
-    "worker_rss_mb",
-    "open_files",
-    "threads",
-    "p2pd",
-    "disk_mb",
-    "store_mb",
-    "peers_live",
-    "external_groups",
-    "app_rss_mb",
-    "app_redraw_ms",
-]
+FIELDS = (  # the columns of soak.csv, one row a round
+    "round wall_s round_s rss_mb worker_rss_mb open_files threads p2pd"
+    " disk_mb store_mb peers_live external_groups app_rss_mb app_redraw_ms"
+).split()
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -333,30 +321,13 @@ def run(args: argparse.Namespace) -> int:
                 if isinstance(ev, P.Exited):
                     print(f"the node exited: {ev}", flush=True)
                     break
-                usage = tree_usage(client.pid, tree)
-                row = {
-                    "round": ev.round,
-                    "wall_s": round(time.monotonic() - started, 1),
-                    "round_s": round(ev.metrics.get("time/round", math.nan), 2),
-                    **{k: round(v, 1) for k, v in usage.items()},
-                    "disk_mb": round(disk_mb(run_dir), 2),
-                    "store_mb": round(disk_mb(run_dir, "rounds.sqlite"), 4),  # with its journal
-                    "peers_live": len(peers.live),
-                    "external_groups": ev.metrics.get("groups/external", 0),
-                    "app_rss_mb": window.latest.get("rss_mb", math.nan) if window else math.nan,
-                    "app_redraw_ms": window.latest.get("redraw_cpu_ms", math.nan) if window else math.nan,
-                }
+                app = window.latest if window else {}
+                row = round_row(ev, time.monotonic() - started, tree_usage(client.pid, tree), run_dir, peers, app)
                 rows.append(row)
                 writer.writerow(row)
                 f.flush()
                 if ev.round % 50 == 0 or ev.round == 1:
-                    print(
-                        f"round {ev.round}: {row['round_s']:.1f} s, RSS {row['rss_mb']:.0f} MB "
-                        f"(worker {row['worker_rss_mb']:.0f}), files {row['open_files']:.0f}, threads "
-                        f"{row['threads']:.0f}, p2pd {row['p2pd']:.0f}, disk {row['disk_mb']:.1f} MB, "
-                        f"peers {row['peers_live']}",
-                        flush=True,
-                    )
+                    print(progress_line(row), flush=True)
                 if time.monotonic() >= next_churn:
                     peers.churn(args.churn)
                     next_churn = time.monotonic() + args.churn_every
@@ -377,6 +348,31 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(summary(rows, args.warmup or max(1, len(rows) // 10), hours, len(left), peers, control), flush=True)
     return 0
+
+
+def round_row(ev, wall_s: float, usage: dict, run_dir: Path, peers, app: dict) -> dict:
+    """A CSV row after round `ev` (RoundDone): the node tree's `usage`, its disk, the peers, the app."""
+    return {
+        "round": ev.round,
+        "wall_s": round(wall_s, 1),
+        "round_s": round(ev.metrics.get("time/round", math.nan), 2),
+        **{k: round(v, 1) for k, v in usage.items()},
+        "disk_mb": round(disk_mb(run_dir), 2),
+        "store_mb": round(disk_mb(run_dir, "rounds.sqlite"), 4),  # with its journal
+        "peers_live": len(peers.live),
+        "external_groups": ev.metrics.get("groups/external", 0),
+        "app_rss_mb": app.get("rss_mb", math.nan),
+        "app_redraw_ms": app.get("redraw_cpu_ms", math.nan),
+    }
+
+
+def progress_line(row: dict) -> str:
+    return (
+        f"round {row['round']}: {row['round_s']:.1f} s, RSS {row['rss_mb']:.0f} MB "
+        f"(worker {row['worker_rss_mb']:.0f}), files {row['open_files']:.0f}, threads {row['threads']:.0f}, "
+        f"p2pd {row['p2pd']:.0f}, disk "
+        f"{row['disk_mb']:.1f} MB, peers {row['peers_live']}"
+    )
 
 
 class AppWatch:

@@ -99,8 +99,33 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
-def run(args: argparse.Namespace) -> int:
+def _open_peers(cfg: SwarmConfig, n: int, tmp: Path) -> list:
+    """n light peers on loopback: the first hosts the swarm, the others join through it."""
     from sapo_core.swarm.source import open_swarm
+    from sapo_core.tasks import TaskSet
+
+    verifier = TaskSet(TaskConfig(), seed=0)  # regenerates any peer's questions; its seed is irrelevant
+    host = open_swarm(cfg, verifier, tmp / "peer0")
+    joined = dataclasses.replace(cfg, initial_peers=[host.join_address])
+    with ThreadPoolExecutor(4) as pool:  # p2pd start-ups overlap; each node is still its own
+        rest = list(pool.map(lambda i: open_swarm(joined, verifier, tmp / f"peer{i}"), range(1, n)))
+    return [host] + rest
+
+
+def _round_line(r: int, s: list[dict]) -> str:
+    """One measured round, from every peer's swarm figures."""
+    zero = sum(x.get("swarm/rejected/zero_advantage", 0) for x in s)
+    return (
+        f"round {r}: gather p50 {_pct([x['swarm/gather_s'] for x in s], 50):.3f} s "
+        f"max {max(x['swarm/gather_s'] for x in s):.3f} s, publish max "
+        f"{max(x['swarm/publish_s'] for x in s):.3f} s, records read/peer "
+        f"{statistics.mean(x['swarm/records'] for x in s):.1f}, groups used/peer "
+        f"{statistics.mean(x['swarm/used'] for x in s):.1f}, rejected "
+        f"{sum(x['swarm/rejected'] for x in s) - zero:.0f} (+{zero:.0f} zero-advantage)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
     from sapo_core.tasks import TaskSet
 
     if args.peers < 2:
@@ -115,13 +140,8 @@ def run(args: argparse.Namespace) -> int:
         shards_read=min(2, args.shards),
         records_per_gather=args.records_per_gather,
     )
-    verifier = TaskSet(TaskConfig(), seed=0)  # regenerates any peer's questions; its seed is irrelevant
     started = time.perf_counter()
-    host = open_swarm(cfg, verifier, tmp / "peer0")
-    joined = dataclasses.replace(cfg, initial_peers=[host.join_address])
-    with ThreadPoolExecutor(4) as pool:  # p2pd start-ups overlap; each node is still its own
-        rest = list(pool.map(lambda i: open_swarm(joined, verifier, tmp / f"peer{i}"), range(1, args.peers)))
-    peers = [host] + rest
+    peers = _open_peers(cfg, args.peers, tmp)
     print(
         f"{args.peers} peers up in {time.perf_counter() - started:.1f} s; "
         f"records of {args.groups} groups × {args.completions} completions × {args.chars} chars"
@@ -155,15 +175,7 @@ def run(args: argparse.Namespace) -> int:
             record_bytes += [x["swarm/bytes_out"] for x in s]
             for part in ("index", "fetch", "verify"):
                 parts.setdefault(part, []).extend(x.get(f"swarm/{part}_s", 0.0) for x in s)
-            print(
-                f"round {r}: gather p50 {_pct([x['swarm/gather_s'] for x in s], 50):.3f} s "
-                f"max {max(x['swarm/gather_s'] for x in s):.3f} s, publish max "
-                f"{max(x['swarm/publish_s'] for x in s):.3f} s, records read/peer "
-                f"{statistics.mean(x['swarm/records'] for x in s):.1f}, groups used/peer "
-                f"{statistics.mean(x['swarm/used'] for x in s):.1f}, rejected "
-                f"{sum(x['swarm/rejected'] - x.get('swarm/rejected/zero_advantage', 0) for x in s):.0f} "
-                f"(+{sum(x.get('swarm/rejected/zero_advantage', 0) for x in s):.0f} zero-advantage)"
-            )
+            print(_round_line(r, s))
     finally:
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda p: p.close(), peers))

