@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sapo_core.control import protocol as P
-from sapo_core.control.protocol import PHASE_WORDS
+from sapo_core.control.vocabulary import PHASE_WORDS
 from sapo_core.downloads import PHASE as DOWNLOAD
 from sapo_core.downloads import download_text
 

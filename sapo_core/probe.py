@@ -31,6 +31,8 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from sapo_core.control import vocabulary as K
+
 log = logging.getLogger(__name__)
 
 PROBE_FILE = "probe.json"
@@ -144,19 +146,20 @@ def probe_from_metrics(
     m: dict[str, float], machine: str, model_id: str, params: int, threads: int, questions: int
 ) -> Probe:
     """A probe from one round's metrics (the node's store keys)."""
-    sample, update, rnd = m.get("time/sample", 0.0), m.get("time/update", 0.0), m.get("time/round", 0.0)
-    comp_tokens = m.get("completions/mean_tokens", 0.0)
+    sample, update = m.get(K.time_of(K.SAMPLE), 0.0), m.get(K.time_of(K.UPDATE), 0.0)
+    rnd = m.get(K.TIME_ROUND, 0.0)
+    comp_tokens = m.get(K.COMPLETIONS_MEAN_TOKENS, 0.0)
     # packed: tokens = K x (questions x prompt + completions x (answer + stop))
-    steps = max(1.0, m.get("train/steps", 1.0))
-    per_step = m.get("train/tokens", 0.0) / steps
-    prompt = max(0.0, (per_step - m.get("train/completion_tokens", 0.0)) / max(1, questions))
+    steps = max(1.0, m.get(K.TRAIN_STEPS, 1.0))
+    per_step = m.get(K.TRAIN_TOKENS, 0.0) / steps
+    prompt = max(0.0, (per_step - m.get(K.TRAIN_COMPLETION_TOKENS, 0.0)) / max(1, questions))
     return Probe(
         machine=machine,
         model_id=model_id,
         params=params,
         threads=threads,
-        sample_tok_s=m.get("sampler/tok_per_s", 0.0),
-        train_tok_s=m.get("train/tok_per_s", 0.0),
+        sample_tok_s=m.get(K.SAMPLER_TOK_PER_S, 0.0),
+        train_tok_s=m.get(K.TRAIN_TOK_PER_S, 0.0),
         completion_tokens=comp_tokens,
         prompt_tokens=prompt,
         overhead_seconds=max(0.0, rnd - sample - update),

@@ -15,6 +15,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from sapo_core.control import vocabulary as K
+
 GOAL = 1.5
 
 
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         node = Node(cfg)
         node.setup()
         try:
-            measured = node.run_round()["time/round"]
+            measured = node.run_round()[K.TIME_ROUND]
         finally:
             node.close()
     ratio = estimate.seconds / measured

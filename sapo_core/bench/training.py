@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sapo_core.control import vocabulary as K
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sequences", type=int, default=16, help="sequences in the batch")
@@ -118,7 +120,7 @@ def measure_update(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         configure_checkpointing(policy.model, trainer.cfg)  # both share the model: set its layers
         wall, cpu = time.perf_counter(), time.process_time()
         out = trainer.update(batch, hooks)
-        return out["train/tokens"], time.perf_counter() - wall, time.process_time() - cpu
+        return out[K.TRAIN_TOKENS], time.perf_counter() - wall, time.process_time() - cpu
 
     def plain(batch) -> tuple[float, float, float]:
         configure_checkpointing(policy.model, default)
@@ -186,7 +188,7 @@ def node_peak_memory(rounds: int) -> tuple[float, float, list[float]]:
             raise RuntimeError(f"the node failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
         store = RunStore(Path(tmp) / "run" / "rounds.sqlite")
         try:
-            drift = store.series("sampler/logprob_drift")[1]
+            drift = store.series(K.SAMPLER_LOGPROB_DRIFT)[1]
         finally:
             store.close()
         return peak / 1e9, time.time() - t, drift
