@@ -18,7 +18,7 @@ from app.models import (
     rejection_words,
     rolling_mean,
 )
-from app.wizard import ALONE, HOST, JOIN, SetupChoices, address_problem, apply_choices, choices_from_config
+from app.setup_choices import ALONE, HOST, JOIN, SetupChoices, address_problem, apply_choices, choices_from_config
 from sapo_core.catalog import choose_model, load_catalogue
 from sapo_core.commands.hardware import report
 from sapo_core.config import NodeConfig, RoundConfig
