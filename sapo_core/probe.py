@@ -1,6 +1,6 @@
 """What a round costs on this machine, measured once and cached: the round-time estimates' basis.
 
-The formula in catalog.py guesses a round from throughput anchors and answers as long as
+The formula in estimates.py guesses a round from throughput anchors and answers as long as
 max_new_tokens; real rounds of the embedded model took a fraction of that (docs/calibration.md,
 'Round-time estimates'),
 so larger models were wrongly called slow. `sapo-node hardware --probe` (`commands/hardware.py`,
@@ -14,7 +14,7 @@ round is kept) and records here what they cost:
 - `completion_tokens`, `prompt_tokens`: how long the answers and prompts really were;
 - `overhead_seconds`: the rest of the round (scoring, syncing the sampler, saving).
 
-`catalog.estimate_round(..., probe=)` scales these by parameters for other models (a bigger
+`estimates.estimate_round(..., probe=)` scales these by parameters for other models (a bigger
 model cannot be run here without downloading it) and by cores when the profile differs.
 The cache (`probe.json` in the cache directory) is keyed by the machine: CPU model, cores,
 RAM, threads, torch and llama.cpp versions. This module only reads, writes and derives; it
