@@ -119,9 +119,10 @@ def _window_shots(app, out: Path, suffix: str, size: tuple[int, int], use_demo: 
         if use_demo:  # the bar a new release brings (a made-up one, like the rest of the demo)
             from sapo_core.updates import Release
 
-            window.update_bar.offer(Release("0.2.0", "Made-up notes for the screenshots: rounds a third faster."), True)
+            bar = window.update_flow.bar
+            bar.offer(Release("0.2.0", "Made-up notes for the screenshots: rounds a third faster."), True)
             shots.append(_save(window, out, f"update{suffix}.png", app))
-            window.update_bar.hide()
+            bar.hide()
         try:
             load_catalogue().get("no-such-model")
             message = "model.name 'no-such-model' is unknown"

@@ -1,15 +1,17 @@
-"""Updates in the app: the release manifest checked in the background, a bar in the window that
-says what is new, and an install that waits for the node's round (sapo_core/updates.py).
+"""Updates in the app: the update repository checked in the background, a bar in the window that
+says what is new, and an install that waits for the node's round (sapo_core/updates.py, on TUF).
 
-- `Updater` checks `updates/url` (Settings tab; none is shipped until the project signs
-  releases) a minute after start and then daily, on a thread; it never downloads on a metered
-  connection (Qt's QNetworkInformation, where the system says so).
+- `Updater` checks the repository at `updates/url` (Settings tab; none is shipped until the
+  project signs releases) a minute after start and then daily, on a thread; it never downloads
+  on a metered connection (Qt's QNetworkInformation, where the system says so).
 - `UpdateBar` says "SAPO Swarm X is available" with the release's notes, and offers "Update now"
-  where this copy can be updated in place (a package install), else what to run instead.
-- The window installs only when asked, or by itself when `updates/automatic` is on: it asks the
-  node to pause after its round (the round's checkpoint is written), stops it, downloads and
-  installs, and says to restart. A failed download or install leaves the installed version, and
-  the node is started again.
+  where this copy can be updated in place (a package install), else what to run instead. When
+  the repository's signed metadata has expired (a frozen mirror, or someone holding news of
+  releases back), it says this copy cannot confirm it is up to date, and why.
+- The window's update flow (update_flow.py) installs only when asked, or by itself when
+  `updates/automatic` is on: it asks the node to pause after its round (the round's checkpoint
+  is written), stops it, downloads and installs, and says to restart. A failed download or
+  install leaves the installed version, and the node is started again.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Updater(QObject):
     """updates.Release: a newer release than this one (emitted once per check that finds one)."""
     checked = Signal(str)
     """A line for the log: what the check found or why it found nothing."""
+    unconfirmed = Signal(str)
+    """Why this copy cannot confirm it is up to date: the repository's signed metadata expired."""
     progress = Signal(int, int)
     """(bytes, of bytes) of the package being downloaded."""
     done = Signal(bool, str)
@@ -68,14 +72,16 @@ class Updater(QObject):
         parent: QObject | None = None,
         where: updates.Installation | None = None,
         context: ssl.SSLContext | None = None,
-        keys=None,
+        root: bytes | None = None,
+        metadata: Path | None = None,
     ) -> None:
-        """`where`, `context`, `keys`: this copy's installation, the TLS context and the trusted
-        keys (tests give their own; by default: detected, the system's, the shipped ones)."""
+        """`where`, `context`, `root`, `metadata`: this copy's installation, the TLS context, the
+        trusted root and the folder of trusted metadata (tests give their own; by default:
+        detected, the system's, the shipped root, the data directory's)."""
         super().__init__(parent)
         self.settings = settings
         self.where = where or updates.installation()
-        self.context, self.keys = context, keys
+        self.context, self.root, self.metadata = context, root, metadata
         self.release: updates.Release | None = None
         self.checking = self.installing = False  # a check, a download and install, under way
         self._timer = QTimer(self, singleShot=True)
@@ -105,7 +111,7 @@ class Updater(QObject):
 
     def _check(self, url: str) -> None:
         try:
-            got = updates.check([url], self.keys, timeout=10.0, context=self.context)
+            got = updates.check([url], self.root, self.metadata, timeout=10.0, context=self.context)
         except Exception as e:  # noqa: BLE001 (a check never takes the app down)
             got = None
             self.checked.emit(f"update check failed: {e}")
@@ -114,11 +120,15 @@ class Updater(QObject):
         if got is None:
             return
         for message in got.refused:
-            self.checked.emit(f"update manifest refused: {message}")
+            if not got.unconfirmed or got.unconfirmed not in message:
+                self.checked.emit(f"update check: {message}")
+        if got.unconfirmed:
+            self.unconfirmed.emit(got.unconfirmed)
+            return
         newer = got.newer()
         if newer is None:
             have = got.release.version if got.release else "none"
-            self.checked.emit(f"no newer release (this is {__version__}; the manifest names {have})")
+            self.checked.emit(f"no newer release (this is {__version__}; the repository names {have})")
             return
         self.release = newer
         self.checked.emit(f"SAPO Swarm {newer.version} is available (this is {__version__})")
@@ -143,9 +153,8 @@ class Updater(QObject):
 
     def _install(self, release: updates.Release, package: updates.Package) -> None:
         try:
-            file = updates.download(
-                package, paths.cache_dir() / "updates", context=self.context, progress=self._progress
-            )
+            folder, progress = paths.cache_dir() / "updates", self._progress
+            file = updates.download(package, folder, self.root, self.metadata, context=self.context, progress=progress)
             said = updates.install(file, release, self.where)
             ok = True
         except updates.UpdateError as e:
@@ -168,6 +177,7 @@ class Updater(QObject):
 class UpdateBar(QFrame):
     update_requested = Signal()
     restart_requested = Signal()
+    check_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -183,13 +193,15 @@ class UpdateBar(QFrame):
             "Waits for the node's round to end, then installs; training goes on after a restart"
         )
         self.restart_button = QPushButton("Restart now", visible=False)
+        self.check_button = QPushButton("Check again", visible=False)
         self.later_button = QPushButton("Later")
         row.addWidget(self.label, 1)
         row.addWidget(self.bar)
-        for b in (self.update_button, self.restart_button, self.later_button):
+        for b in (self.update_button, self.restart_button, self.check_button, self.later_button):
             row.addWidget(b)
         self.update_button.clicked.connect(self.update_requested)
         self.restart_button.clicked.connect(self.restart_requested)
+        self.check_button.clicked.connect(self.check_requested)
         self.later_button.clicked.connect(self.hide)
         self.hide()
 
@@ -206,13 +218,27 @@ class UpdateBar(QFrame):
         )
         self.update_button.setVisible(installable)
         self.update_button.setEnabled(True)
+        self.update_button.setText("Update now")
         self.restart_button.hide()
+        self.check_button.hide()
         self.bar.hide()
+        self.show()
+
+    def unconfirmed(self, why: str) -> None:
+        """The repository's metadata expired: no release can be believed, so none is offered."""
+        self.label.setText(
+            f"<b>SAPO Swarm cannot confirm it is up to date.</b> {html.escape(why[:1].upper() + why[1:])}. "
+            "This version keeps running; the app checks again tomorrow."
+        )
+        for b in (self.update_button, self.restart_button, self.bar):
+            b.hide()
+        self.check_button.show()
         self.show()
 
     def waiting(self, text: str) -> None:
         self.label.setText(html.escape(text))
         self.update_button.setEnabled(False)
+        self.check_button.hide()
         self.show()
 
     def downloading(self, got: int, total: int) -> None:
@@ -227,6 +253,7 @@ class UpdateBar(QFrame):
         self.update_button.setEnabled(True)
         self.update_button.setText("Try again")
         self.restart_button.setVisible(ok and can_restart)
+        self.check_button.hide()
         self.show()
 
 
@@ -241,9 +268,9 @@ class UpdateSettings(QGroupBox):
         form = QFormLayout(self)
         self.url_edit = QLineEdit(
             str(settings.get("updates/url") or ""),
-            placeholderText="https://… (the project's signed release manifest; none is set yet)",
+            placeholderText="https://… (the project's update repository; none is set yet)",
         )
-        self.url_edit.setAccessibleName("Release manifest URL")
+        self.url_edit.setAccessibleName("Update repository URL")
         self.url_edit.editingFinished.connect(self._on_url_edit_editing_finished)
         self.auto_box = QCheckBox("Install updates by themselves (between rounds, never on a metered connection)")
         self.auto_box.setChecked(bool(settings.get("updates/automatic")))

@@ -11,29 +11,35 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from PySide6.QtCore import QProcess, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QIcon
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import QApplication, QMainWindow, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
 from app import APP_NAME
-from app.banner import ABOUT_TEXT, HELP_TEXT, ErrorBanner
+from app.banner import ErrorBanner
 from app.bridge import WorkerBridge
 from app.controls import ShareSettings, StatusPanel
 from app.dashboard import DashboardView
 from app.eventlog import EventLog, readable_error
 from app.history import HistoryLoader, store_path
 from app.log_view import LogView, diagnostics_text
+from app.menubar import build_menu_bar
 from app.models import NodeStatus, RoundHistory, SwarmModel
 from app.settings import UiSettings, has_node_config, load_node_config, node_config_path, save_node_config, with_run_dir
 from app.swarm_view import SwarmView
 from app.theme import style_sheet
 from app.tray import TrayIcon
 from app.try_view import TryView
-from app.updater import UpdateBar, Updater, UpdateSettings
+from app.update_flow import UpdateFlow
+from app.updater import Updater
 from sapo_core.config import ConfigError, ControlConfig, NodeConfig
 from sapo_core.control import protocol as P
 
 TABS = ("Dashboard", "Try it", "Swarm", "Settings", "Log")
+# "Run anyway": the rules that would hold the node back, set aside for a while
+RULES_SET_ASIDE = dict(
+    pause_on_battery=False, only_when_idle=False, schedule="", max_temperature_c=0.0, min_free_memory_gb=0.0
+)
 
 
 def app_icon() -> QIcon:
@@ -57,44 +63,75 @@ class MainWindow(QMainWindow):
         self._loaded_store: Path | None = None
         self._pending_rounds: list[P.RoundDone] = []
         self._quitting = self._restart_after_stop = False
-        self._update_pending = self._start_after_update = False
         self.setWindowTitle(APP_NAME)
         self.setWindowIcon(app_icon())
         self.setStyleSheet(style_sheet())  # colours from the system palette: light or dark
+        self.tray = TrayIcon(self.windowIcon(), self) if use_tray else None
+        self.update_flow = UpdateFlow(bridge, self.status, settings, self.tray, updater, self)
+        self._build_views()
+        self._build_tabs()
+        self._build_layout()
+        build_menu_bar(self)
+        self.loader = HistoryLoader(self)
+        self._rules_back = QTimer(self, singleShot=True)
 
+        self._connect_bridge()
+        self._connect_controls()
+        self._connect_views()
+        self._connect_updates()
+        geometry = settings.get("window/geometry")
+        if not geometry or not self.restoreGeometry(geometry):
+            self.resize(1180, 780)
+        self.reload_config()
+        self._refresh_status()
+
+    # --- building ------------------------------------------------------------------------------
+    def _build_views(self) -> None:
         self.banner = ErrorBanner()
-        self.update_bar = UpdateBar()
-        self.updater = updater or Updater(settings, self)
-        self.update_settings = UpdateSettings(settings)
         self.panel = StatusPanel()
-        self.dashboard = DashboardView(self.history, window=settings.get("dashboard/window"))
+        self.dashboard = DashboardView(self.history, window=self.settings.get("dashboard/window"))
         self.try_view = TryView()
         self.swarm_view = SwarmView(self.swarm)
         self.share = ShareSettings()
         self.log_view = LogView(self.log, self.diagnostics)
-        self.tabs = QTabWidget()
+
+    def _build_tabs(self) -> None:
         # the Settings page scrolls: its form is taller than a 640 px screen leaves it under an error banner
+        # the Updates group under the share's groups, aligned and spaced as they are
+        share = self.share.layout()
+        margins, gap = share.contentsMargins(), share.spacing()
+        settings_page = QWidget()
+        col = QVBoxLayout(settings_page)
+        col.setContentsMargins(0, 0, 0, margins.bottom())
+        col.setSpacing(max(0, gap - margins.bottom()))
+        col.addWidget(self.share)
+        inset = QVBoxLayout()
+        inset.setContentsMargins(margins.left(), 0, margins.right(), 0)
+        inset.addWidget(self.update_flow.settings_group)
+        col.addLayout(inset)
+        col.addStretch(1)
         share_scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
-        share_scroll.setWidget(self.share)
-        self.share.layout().insertWidget(self.share.layout().count() - 1, self.update_settings)  # above the stretch
+        share_scroll.setWidget(settings_page)
+        self.tabs = QTabWidget()
         for i, (view, name) in enumerate(
             zip((self.dashboard, self.try_view, self.swarm_view, share_scroll, self.log_view), TABS)
         ):
             self.tabs.addTab(view, f"&{name}" if i else name)
             view.setAccessibleName(name)
-        self.tabs.setCurrentIndex(min(max(0, settings.get("window/tab")), len(TABS) - 1))
+        self.tabs.setCurrentIndex(min(max(0, self.settings.get("window/tab")), len(TABS) - 1))
+
+    def _build_layout(self) -> None:
         central = QWidget()
         col = QVBoxLayout(central)
         col.setContentsMargins(8, 8, 8, 4)
-        col.addWidget(self.update_bar)
+        col.addWidget(self.update_flow.bar)
         col.addWidget(self.banner)
         col.addWidget(self.panel)
         col.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
-        self._build_menu()
-        self.tray = TrayIcon(self.windowIcon(), self) if use_tray else None
-        self.loader = HistoryLoader(self)
 
+    # --- connecting ----------------------------------------------------------------------------
+    def _connect_bridge(self) -> None:
         b = self.bridge
         for signal, slot in (
             (b.state_changed, self._on_state_changed),
@@ -109,102 +146,38 @@ class MainWindow(QMainWindow):
             (b.stop_finished, self._on_stop_finished),
         ):
             signal.connect(slot)
+
+    def _connect_controls(self) -> None:
+        """The status panel's and the tray's buttons, and the Settings tab's share."""
         for source in (self.panel, self.tray):
             if source is not None:
                 source.pause_requested.connect(self._on_pause_requested)
                 source.resume_requested.connect(self._on_resume_requested)
-        self.panel.snooze_requested.connect(self._on_snooze_requested)
-        self.panel.start_requested.connect(self._on_start_requested)
+                source.start_requested.connect(self._on_start_requested)
+                source.snooze_requested.connect(self._on_snooze_requested)
         self.panel.run_anyway_requested.connect(self._on_run_anyway_requested)
-        self._rules_back = QTimer(self, singleShot=True)
         self._rules_back.timeout.connect(self._on_rules_back_timeout)
         if self.tray is not None:
-            self.tray.start_requested.connect(self._on_start_requested)
-            self.tray.snooze_requested.connect(self._on_snooze_requested)
             self.tray.open_requested.connect(self.bring_to_front)
             self.tray.quit_requested.connect(self.request_quit)
         self.share.throttle_changed.connect(self._on_throttle_changed)
         self.share.threads_changed.connect(self._on_threads_changed)
         self.share.rules_changed.connect(self._on_rules_changed)
         self.share.setup_requested.connect(self.open_setup)
+
+    def _connect_views(self) -> None:
         self.dashboard.window_changed.connect(self._on_window_changed)
         self.banner.details_requested.connect(self._on_details_requested)
         self.banner.action_requested.connect(self._on_banner_action_requested)
         self.loader.loaded.connect(self._on_loaded)
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)
-        self.updater.found.connect(self._on_update_found)
-        self.updater.checked.connect(self._on_update_checked)
-        self.updater.progress.connect(self.update_bar.downloading)
-        self.updater.done.connect(self._on_update_done)
-        self.update_bar.update_requested.connect(self._on_update_requested)
-        self.update_bar.restart_requested.connect(self._on_update_restart_requested)
-        self.update_settings.check_requested.connect(self._on_update_check_requested)
-        self.updater.schedule()
 
-        geometry = settings.get("window/geometry")
-        if not geometry or not self.restoreGeometry(geometry):
-            self.resize(1180, 780)
-        self.reload_config()
-        self._refresh_status()
-
-    def _build_menu(self) -> None:
-        menu = self.menuBar().addMenu("&Node")
-        actions = (
-            ("Start", self._on_start_requested, "Ctrl+R"),
-            ("Stop", self._on_stop_action_triggered, ""),
-            ("Setup again…", self.open_setup, ""),
-            (None, None, ""),
-            ("Export the trained model…", self.open_export, "Ctrl+E"),
-            (None, None, ""),
-            ("Export plots as PNG…", self.dashboard._on_png_button_clicked, ""),
-            ("Export rounds as CSV…", self.dashboard._on_csv_button_clicked, ""),
-            (None, None, ""),
-            ("Quit (stops the node)", self.request_quit, "Ctrl+Q"),
-        )
-        self._add_actions(menu, actions)
-        view = self.menuBar().addMenu("&View")
-        self._add_actions(
-            view,
-            tuple(
-                (name, lambda _=False, i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}")
-                for i, name in enumerate(TABS)
-            ),
-        )
-        helpm = self.menuBar().addMenu("&Help")
-        self._add_actions(
-            helpm,
-            (
-                ("How SAPO Swarm works", self._on_help_triggered, "F1"),
-                ("About SAPO Swarm", self._on_about_triggered, ""),
-            ),
-        )
-
-    def _add_actions(self, menu, actions) -> None:
-        for text, slot, keys in actions:
-            if text is None:
-                menu.addSeparator()
-                continue
-            action = QAction(text, self)
-            if keys:
-                action.setShortcut(keys)
-            action.triggered.connect(slot)
-            menu.addAction(action)
-
-    def _on_help_triggered(self) -> None:
-        from PySide6.QtWidgets import QMessageBox
-
-        QMessageBox.information(self, "How SAPO Swarm works", HELP_TEXT)
-
-    def _on_about_triggered(self) -> None:
-        from importlib.metadata import PackageNotFoundError, version
-
-        from PySide6.QtWidgets import QMessageBox
-
-        try:
-            v = version("sapo-swarm")
-        except PackageNotFoundError:
-            v = "(not installed)"
-        QMessageBox.about(self, f"About {APP_NAME}", f"<b>{APP_NAME}</b> {v}<br>{ABOUT_TEXT}")
+    def _connect_updates(self) -> None:
+        flow = self.update_flow
+        flow.log_line.connect(self._on_update_flow_log_line)
+        flow.start_node.connect(self._on_update_flow_start_node)
+        flow.quit_requested.connect(self.request_quit)
+        flow.schedule()
 
     # --- config and start ----------------------------------------------------------------------------
     def reload_config(self) -> bool:
@@ -280,8 +253,6 @@ class MainWindow(QMainWindow):
         if ev.state == P.CRASHED and self.banner.isHidden():
             self.banner.show_message(f"The node stopped: {ev.reason}", "See the Log tab for details.", "start")
         self._refresh_status()
-        if self._update_pending and ev.state in (P.PAUSED, P.SNOOZED):
-            self.bridge.stop()  # its round is over and checkpointed: stop it for the update
 
     def _on_round_done(self, ev: P.RoundDone) -> None:
         self.status.apply(ev)
@@ -293,8 +264,7 @@ class MainWindow(QMainWindow):
             self.swarm.add_round(ev.round, ev.metrics)
             self.swarm_view.refresh()
             self.dashboard.schedule_refresh()
-            _, recent = self.history.rolling("time/round", 5)
-            self.panel.typical_round_s = float(recent[-1]) if len(recent) else 0.0
+            self._show_typical_round()
 
     def _on_loaded(self, rows: list, error: str) -> None:
         if error:
@@ -308,6 +278,9 @@ class MainWindow(QMainWindow):
                 self.swarm.add_round(ev.round, ev.metrics)
         self.dashboard.refresh()
         self.swarm_view.refresh()
+        self._show_typical_round()
+
+    def _show_typical_round(self) -> None:
         _, recent = self.history.rolling("time/round", 5)
         self.panel.typical_round_s = float(recent[-1]) if len(recent) else 0.0
 
@@ -344,10 +317,9 @@ class MainWindow(QMainWindow):
         self.log_view.append(self.log.add("command", words))
 
     def _on_stop_finished(self) -> None:
-        if self._update_pending:
-            self._update_pending = False
-            self._install_update()
-        elif self._quitting:
+        if self.update_flow.node_stopped():
+            return  # it stopped for the update, which installs now
+        if self._quitting:
             self.quit_finished.emit()
             self.close()
             QApplication.quit()
@@ -382,17 +354,7 @@ class MainWindow(QMainWindow):
         """Set the rules aside for a while: the node runs now; the saved rules come back by themselves."""
         if self.saved_config is None:
             return
-        c = self.saved_config.control
-        self.bridge.set_rules(
-            dataclasses.replace(
-                c,
-                pause_on_battery=False,
-                only_when_idle=False,
-                schedule="",
-                max_temperature_c=0.0,
-                min_free_memory_gb=0.0,
-            )
-        )
+        self.bridge.set_rules(dataclasses.replace(self.saved_config.control, **RULES_SET_ASIDE))
         self._rules_back.start(int(seconds * 1000))
         self.log_view.append(self.log.add("info", f"your rules are set aside for {seconds / 60:.0f} min"))
 
@@ -438,55 +400,12 @@ class MainWindow(QMainWindow):
     def _on_tabs_current_changed(self, index: int) -> None:
         self.settings.set("window/tab", index)
 
-    # --- updates -------------------------------------------------------------------------------------------------
-    def _on_update_check_requested(self) -> None:
-        if not self.updater.check_now():
-            self.update_settings.status_label.setText("Set the address first (or a check is under way).")
+    # --- updates (app/update_flow.py) ----------------------------------------------------------------
+    def _on_update_flow_log_line(self, level: str, text: str) -> None:
+        self.log_view.append(self.log.add(level, text))
 
-    def _on_update_checked(self, line: str) -> None:
-        self.log_view.append(self.log.add("info", line))
-        self.update_settings.status_label.setText(line[:1].upper() + line[1:] + ".")
-
-    def _on_update_found(self, release) -> None:
-        installable = self.updater.package() is not None
-        self.update_bar.offer(release, installable)
-        if self.tray is not None and self.settings.get("updates/told") != release.version:
-            self.settings.set("updates/told", release.version)
-            self.tray.notify(APP_NAME, f"SAPO Swarm {release.version} is available. Open the window to update.")
-        if installable and self.settings.get("updates/automatic"):
-            self._on_update_requested()
-
-    def _on_update_requested(self) -> None:
-        """Install between rounds: a running node pauses after its round, then stops, then the
-        package is fetched and installed."""
-        if self.updater.package() is None or self._update_pending:
-            return
-        if self.bridge.running:
-            self._update_pending = self._start_after_update = True
-            self.update_bar.waiting("Waiting for the node to finish its round; then the update downloads and installs.")
-            if self.status.state in (P.PAUSED, P.SNOOZED):
-                self.bridge.stop()
-            else:
-                self.bridge.pause(after_round=True)
-        else:
-            self._install_update()
-
-    def _install_update(self) -> None:
-        self.update_bar.waiting("Downloading and installing the update…")
-        self.updater.install_now()  # `done` follows, whether it ran or could not start
-
-    def _on_update_done(self, ok: bool, text: str) -> None:
-        launcher = self.updater.launcher()
-        self.update_bar.finished(ok, text, launcher is not None and launcher.exists())
-        self.log_view.append(self.log.add("info" if ok else "warning", text))
-        start_again, self._start_after_update = self._start_after_update and not ok, False
-        if start_again:  # the installed version stays: train on with it
-            QTimer.singleShot(0, self.start_node)
-
-    def _on_update_restart_requested(self) -> None:
-        launcher = self.updater.launcher()
-        if launcher is not None and QProcess.startDetached(str(launcher), []):
-            self.request_quit()
+    def _on_update_flow_start_node(self) -> None:
+        QTimer.singleShot(0, self.start_node)
 
     def _on_details_requested(self) -> None:
         self.tabs.setCurrentWidget(self.log_view)

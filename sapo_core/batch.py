@@ -12,6 +12,10 @@ Each group's advantages are its rewards normalised within the group (grpo.py). W
   travel as the sequence's behaviour log-probs, marked as a peer's: with
   `train.peer_correction = tis` the update weights those tokens by the truncated importance
   ratio (trainer.py).
+- mixed groups (swarm.take = mixed): our own completions to a peer's question that we got all
+  wrong, with a peer's verified right completion added as a guide (LUFFY's mixed group, arXiv
+  2504.14945): the group's advantages span both, our completions train as ours, the guide as a
+  peer's text with `guide` set (the trainer shapes its tokens). Each yields a receipt.
 Groups without reward spread are left out when there is no KL term: their advantage is exactly
 0 and they would change no weight.
 """
@@ -35,6 +39,16 @@ class Batch:
     groups: int = 0  # groups trained, ours and peers'
     receipts: list[tuple[str, int, int]] = field(default_factory=list)  # (peer, its round, group index) trained
     capped: int = 0  # peers' groups left out by the external token budget
+
+
+@dataclass
+class Mixed:
+    """Our own group on a peer's question, and the peer's right completions that join it."""
+
+    own: Group  # our completions, scored by us
+    prompt: list[int]  # the question's prompt, encoded
+    guides: list[Completion]  # a peer's verified right completions (text re-tokenised by us)
+    receipt: tuple[str, int, int]  # the peer's group it came from: (peer, its round, group index)
 
 
 def external_token_ids(policy, c: Completion, max_new_tokens: int) -> list[int]:
@@ -62,19 +76,17 @@ def training_batch(
     prompts: Sequence[list[int]],
     external: Sequence[Group],
     rules: BatchRules,
+    mixed: Sequence[Mixed] = (),
 ) -> Batch:
-    """`local` groups with their encoded `prompts`, then `external` ones (prompts from `prompt_of`)."""
+    """`local` groups with their encoded `prompts`, then `external` ones (prompts from `prompt_of`),
+    then `mixed` ones."""
     batch = Batch()
-    eos = policy.tokenizer.eos_token_id
     for g, prompt in zip(local, prompts):
         if rules.skip_flat and not g.has_signal():
             continue
         batch.groups += 1
         for c, a in zip(g.completions, _advantages(g)):
-            ids, lps = list(c.token_ids or []), list(c.sample_logprobs or [])
-            if c.finished:  # learn to stop: the stop token is part of what was sampled
-                ids, lps = ids + [eos], lps + [float("nan")]  # its sampling log-prob is not reported
-            batch.sequences.append(TrainSequence(prompt, ids, a, lps if c.sample_logprobs is not None else None))
+            batch.sequences.append(_own_sequence(policy, prompt, c, a))
     budget = rules.external_token_budget or float("inf")
     for g in external:
         if rules.skip_flat and not g.has_signal():
@@ -93,11 +105,32 @@ def training_batch(
             if c.sample_logprobs is not None:  # lined up with our tokens; the stop token's is not sent
                 lps = (list(c.sample_logprobs) + [float("nan")] * len(x))[: len(x)]
             batch.sequences.append(TrainSequence(prompt, x, a, lps, peer=True, spread=c.logprobs_spread))
+    for m in mixed:
+        whole = Group(m.own.question, [*m.own.completions, *m.guides])
+        if rules.skip_flat and not whole.has_signal():
+            continue
+        batch.groups += 1
+        batch.receipts.append(m.receipt)
+        advantages = _advantages(whole)
+        for c, a in zip(m.own.completions, advantages):
+            batch.sequences.append(_own_sequence(policy, m.prompt, c, a))
+        for c, a in zip(m.guides, advantages[len(m.own.completions) :]):
+            ids = external_token_ids(policy, c, rules.max_new_tokens)
+            batch.sequences.append(TrainSequence(m.prompt, ids, a, None, peer=True, guide=True))
     return batch
+
+
+def _own_sequence(policy, prompt: list[int], c: Completion, advantage: float) -> TrainSequence:
+    """One of our completions as it trains: its sampled ids and the sampler's log-probs; one that
+    stopped by itself with the stop token (the policy learns when to stop)."""
+    ids, lps = list(c.token_ids or []), list(c.sample_logprobs or [])
+    if c.finished:
+        ids, lps = ids + [policy.tokenizer.eos_token_id], lps + [float("nan")]  # its sampling log-prob is not reported
+    return TrainSequence(prompt, ids, advantage, lps if c.sample_logprobs is not None else None)
 
 
 def _advantages(g: Group) -> list[float]:
     return grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()  # (1, G) -> (G,)
 
 
-__all__ = ["Batch", "BatchRules", "training_batch", "external_token_ids"]
+__all__ = ["Batch", "BatchRules", "Mixed", "training_batch", "external_token_ids"]

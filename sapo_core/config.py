@@ -245,6 +245,11 @@ class TrainConfig:
         "fewer tokens through the backward; the gradient through the prompt's keys and values is left out).",
         True,
     )
+    guide_gamma: float = _help(
+        "With swarm.take = mixed: the gamma of LUFFY's policy shaping p / (p + gamma) on the tokens of a peer's "
+        "right answer added to our own all-wrong group (arXiv 2504.14945 uses 0.1).",
+        0.1,
+    )
     peer_correction: str = _help(
         "Off-policy correction of peers' completions: none (trained as if ours, the SAPO paper) or tis "
         "(F-TIS: each peer token weighted by min(our prob / the peer sampler's, peer_ratio_cap), and "
@@ -273,6 +278,7 @@ class TrainConfig:
         _check(self.peer_correction in ("none", "tis"), "train.peer_correction", "must be none or tis")
         _check(self.peer_ratio_cap >= 1, "train.peer_ratio_cap", "must be at least 1")
         _check(self.peer_kl_max > 0, "train.peer_kl_max", "must be positive")
+        _check(0 < self.guide_gamma <= 10, "train.guide_gamma", "must be in (0, 10]")
 
 
 @dataclass(frozen=True)
@@ -413,6 +419,19 @@ class SwarmConfig:
         -3.6,
     )
     likelihood_window: int = _help("Tokens over which the likelihood floor averages (see likelihood_floor).", 16)
+    likelihood_judge: str = _help(
+        "Whose log-likelihood the floor reads: 'policy' (our current policy), 'base' (the base model, the "
+        "LoRA adapter off: what the floor was calibrated on, and it does not drift as we train) or 'either' "
+        "(kept when either finds the text likely: a peer that trained further, or less, than we did).",
+        "policy",
+    )
+    take: str = _help(
+        "How peers' groups teach: 'paper' (groups with reward spread, trained as if ours: SAPO) or 'mixed' "
+        "(adopt the questions of peers' groups that hold a verified right answer: sample our own answers; "
+        "where ours are all wrong, the peer's right one joins as a guide, LUFFY's mixed group; "
+        "sapo_core/adopt.py).",
+        "paper",
+    )
     max_external_tokens: int = _help(
         "Most completion tokens of peers' groups one update trains on, whole groups only (the default is "
         "J x G x max_new_tokens at the defaults; 0 = no limit).",
@@ -493,6 +512,12 @@ class SwarmConfig:
         _check(0 <= self.verify_grace_seconds <= 60, "swarm.verify_grace_seconds", "must be 0..60")
         _check(-50 <= self.likelihood_floor <= 0, "swarm.likelihood_floor", "must be -50..0 (0 = off)")
         _check(1 <= self.likelihood_window <= 4096, "swarm.likelihood_window", "must be 1..4096")
+        _check(
+            self.likelihood_judge in ("policy", "base", "either"),
+            "swarm.likelihood_judge",
+            "must be policy, base or either",
+        )
+        _check(self.take in ("paper", "mixed"), "swarm.take", "must be paper or mixed")
         _check(self.max_external_tokens >= 0, "swarm.max_external_tokens", "must be >= 0 (0 = no limit)")
 
 

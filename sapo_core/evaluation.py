@@ -33,18 +33,15 @@ The figures go into the round's metrics under `eval/...` (names in `EVAL_KEYS` a
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import hashlib
-import json
 import logging
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sapo_core.config import NodeConfig
-from sapo_core.fsutil import atomic_write_bytes
 from sapo_core.hooks import RoundHooks
 from sapo_core.rollouts import Question, QuestionId
 from sapo_core.sampler import SamplingParams
@@ -138,15 +135,16 @@ class EvalSettings:
     top_p: float
     max_new_tokens: int
     seed: int = 0  # per-question seeds derive from it and the question, never from the node
+    quantization: str = ""  # the weights llama.cpp samples from (sampler.quantization): part of a base result's key
 
     @classmethod
     def for_config(cls, cfg: NodeConfig) -> EvalSettings:
         """eval.samples and eval.greedy, at the node's own sampling settings."""
         s = cfg.sampler
-        return cls(cfg.eval.samples, cfg.eval.greedy, s.temperature, s.top_p, s.max_new_tokens)
+        return cls(cfg.eval.samples, cfg.eval.greedy, s.temperature, s.top_p, s.max_new_tokens, 0, s.quantization)
 
     def without_greedy(self) -> EvalSettings:
-        return EvalSettings(self.samples, False, self.temperature, self.top_p, self.max_new_tokens, self.seed)
+        return dataclasses.replace(self, greedy=False)
 
 
 def _question_seed(settings: EvalSettings, question: Question) -> int:
@@ -199,30 +197,6 @@ def measure(
         for q, seqs in zip(questions, sampler.sample(prompts, seeds, greedy, hooks)):
             out.greedy.append(1.0 if tasks.solved(q, [policy.decode(seqs[0].token_ids)])[0] else 0.0)
     return out
-
-
-@contextlib.contextmanager
-def base_weights(policy, sampler) -> Iterator[None]:
-    """The sampler follows the base model inside the block (LoRA B matrices at zero), the
-    trained policy again after it. Full fine-tuning has no base copy: ValueError."""
-    if not policy.lora:
-        raise ValueError("the base model's weights are gone once all weights are trained")
-    import torch
-
-    saved = policy.trainable_state_dict()
-    version = policy.version
-    try:
-        with torch.no_grad():
-            for name, p in policy.model.named_parameters():
-                if p.requires_grad and "lora_B" in name:
-                    p.zero_()
-        policy.version = -1  # a version no update has: the sampler syncs to it
-        sampler.sync_policy(policy)
-        yield
-    finally:
-        policy.load_trainable_state_dict(saved)
-        policy.version = version
-        sampler.sync_policy(policy)
 
 
 # --- figures ---------------------------------------------------------------------------------
@@ -297,49 +271,6 @@ def gains_by_dataset(current: EvalScores, base: EvalScores) -> dict[str, dict[st
     return out
 
 
-# --- the base model's result, cached ----------------------------------------------------------
-
-
-def base_cache_path(
-    cache_dir: Path, policy, questions: Sequence[Question], settings: EvalSettings, tasks: TaskSet, sampler_name: str
-) -> Path:
-    """One file per (model file, held-out set, sampling settings, prompt, reward setting, sampler)."""
-    source = ""
-    if policy.gguf_path is not None and Path(policy.gguf_path).is_file():
-        st = Path(policy.gguf_path).stat()
-        source = f"{Path(policy.gguf_path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    key = json.dumps(
-        {
-            "format": EVAL_FORMAT,
-            "model": policy.model_id,
-            "source": source,
-            "set": set_name(questions),
-            "settings": asdict(settings),
-            "prompt": tasks.cfg.prompt,
-            "system": tasks.cfg.system_prompt,
-            "partial_credit": tasks.cfg.partial_credit,
-            "format_reward": tasks.cfg.format_reward,
-            "sampler": sampler_name,
-        },
-        sort_keys=True,
-    )
-    digest = hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
-    return Path(cache_dir) / "eval" / f"base-{policy.model_id}-{digest}.json"
-
-
-def load_cached(path: Path, questions: Sequence[Question]) -> EvalScores | None:
-    try:
-        scores = EvalScores.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent or damaged: measured again
-    return scores if scores.keys == [q.id.key() for q in questions] else None
-
-
-def save_cached(path: Path, scores: EvalScores) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, json.dumps(scores.to_json()).encode())
-
-
 # --- what the node runs -----------------------------------------------------------------------
 
 
@@ -404,113 +335,6 @@ def capability(
     return out
 
 
-class Evaluator:
-    """The node's held-out evaluation: the start-level set against the base model, and every level
-    above it (the all-levels cells), each against the base model's result (cached)."""
-
-    def __init__(
-        self, tasks: TaskSet, settings: EvalSettings, per_dataset: int, cache_dir: Path, per_level: int = 0
-    ) -> None:
-        self.tasks = tasks
-        self.settings = settings
-        self.per_dataset = per_dataset
-        self.cache_dir = Path(cache_dir)
-        self.start = start_levels(tasks)
-        self.questions = eval_set(tasks.datasets, self.start, per_dataset)
-        self.cells = upper_cells(tasks.datasets, self.start, per_level) if per_level else []
-        self.upper_questions = cell_questions(self.cells)
-        self.base: EvalScores | None = None
-        self.upper_base: EvalScores | None = None
-        self.last: EvalScores | None = None  # the policy's latest result on the start-level set
-        self.last_upper: EvalScores | None = None
-
-    def run(self, sampler, policy, hooks: RoundHooks) -> dict[str, float]:
-        """Measure the policy as the sampler now follows it; the base model first if not cached."""
-        base = self._base(sampler, policy, hooks)
-        current = (
-            base
-            if (base is not None and policy.version == 0)
-            else measure(sampler, policy, self.tasks, self.questions, self.settings, hooks)
-        )
-        self.last = current
-        m = summarize(current, base)
-        upper = None
-        if self.cells:
-            upper_base = self.upper_base
-            upper = (
-                upper_base
-                if (upper_base is not None and policy.version == 0)
-                else measure(sampler, policy, self.tasks, self.upper_questions, self.settings.without_greedy(), hooks)
-            )
-            self.last_upper = upper
-            m.update(self._cell_figures(current, base, upper, upper_base))
-        m.update(self._level_figures(current, upper))
-        return m
-
-    def _cell_figures(
-        self, current: EvalScores, base: EvalScores | None, upper: EvalScores, upper_base: EvalScores | None
-    ) -> dict[str, float]:
-        """Per (dataset, level) solve rates, and the capability figure over every cell."""
-        m: dict[str, float] = {}
-        cells: list[tuple[list[float], list[float] | None]] = []
-        for d in self.tasks.datasets:  # the start level's cell: the start-level set's questions
-            idx = [i for i, ds in enumerate(current.datasets) if ds == d]
-            cur = [current.per_question[i] for i in idx]
-            cells.append((cur, [base.per_question[i] for i in idx] if base is not None else None))
-            m[f"eval/{d}/{Cell(d, self.start[d], 0, 0).level_name}/solve_rate"] = _mean(cur)
-        for c in self.cells:
-            cur = upper.per_question[c.start : c.start + c.count]
-            was = upper_base.per_question[c.start : c.start + c.count] if upper_base is not None else None
-            cells.append((cur, was))
-            m[f"eval/{c.dataset}/{c.level_name}/solve_rate"] = _mean(cur)
-        m.update(capability(cells))
-        return m
-
-    def _level_figures(self, current: EvalScores, upper: EvalScores | None) -> dict[str, float]:
-        """The solve rate at each dataset's current curriculum level (`eval/level_solve_rate`)."""
-        m: dict[str, float] = {}
-        rates = []
-        for d in self.tasks.datasets:
-            level = self.tasks.curriculum.level(d)
-            cell = next((c for c in self.cells if (c.dataset, c.level) == (d, level)), None)
-            if level == self.start[d] or cell is None or upper is None:
-                solved = [x for s, ds in zip(current.solved, current.datasets) if ds == d for x in s]
-            else:
-                solved = [x for s in upper.solved[cell.start : cell.start + cell.count] for x in s]
-            if level != self.start[d]:
-                m[f"eval/{d}/level_solve_rate"] = _mean(solved)
-            rates.extend(solved)
-        m["eval/level_solve_rate"] = _mean(rates)
-        return m
-
-    def _base(self, sampler, policy, hooks: RoundHooks) -> EvalScores | None:
-        if self.base is not None:
-            return self.base
-        self.base = self._base_of(self.questions, self.settings, sampler, policy, hooks)
-        if self.cells:
-            self.upper_base = self._base_of(
-                self.upper_questions, self.settings.without_greedy(), sampler, policy, hooks
-            )
-        return self.base
-
-    def _base_of(self, questions, settings: EvalSettings, sampler, policy, hooks: RoundHooks) -> EvalScores | None:
-        path = base_cache_path(self.cache_dir, policy, questions, settings, self.tasks, sampler.name)
-        cached = load_cached(path, questions)
-        if cached is not None:
-            return cached
-        if policy.version == 0:
-            scores = measure(sampler, policy, self.tasks, questions, settings, hooks)
-        elif policy.lora:
-            log.info("measuring the base model on the held-out set (not in the cache)")
-            with base_weights(policy, sampler):
-                scores = measure(sampler, policy, self.tasks, questions, settings, hooks)
-        else:
-            log.warning("no cached base result and full fine-tuning keeps no base weights: no gain figure")
-            return None
-        save_cached(path, scores)
-        return scores
-
-
 def eval_within_share(last_eval_seconds: float, rounds_seconds_since: float, share: float) -> bool:
     """Whether one more evaluation as long as the last keeps evaluation within `share` of the
     node's time: the rounds since the last one took at least (1 - share) / share times as long."""
@@ -529,7 +353,6 @@ def held_out_line(m: dict[str, float], untrained: bool) -> str:
 
 
 __all__ = [
-    "Evaluator",
     "Cell",
     "upper_cells",
     "capability",
@@ -544,13 +367,9 @@ __all__ = [
     "eval_set",
     "set_name",
     "measure",
-    "base_weights",
     "paired_bootstrap",
     "summarize",
     "gains_by_dataset",
     "eval_within_share",
     "held_out_line",
-    "base_cache_path",
-    "load_cached",
-    "save_cached",
 ]

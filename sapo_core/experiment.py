@@ -210,9 +210,10 @@ def node_config(args: argparse.Namespace, out: Path, seed: int, arm: Arm, index:
     win), then what the experiment derives (a swarm where the node takes external groups)."""
     weights = {t: 1.0 for t in args.tasks.split(",")} if args.tasks else dict(DEFAULT_TASK_WEIGHTS)
     tag = f"seed{seed}-{arm.tag}"
+    name = f"veteran{index - VETERAN_INDEX}" if index >= VETERAN_INDEX else f"node{index}"
     cfg = NodeConfig().replace(
         **{
-            "run_dir": str(out / "runs" / tag / f"node{index}"),
+            "run_dir": str(out / "runs" / tag / name),
             "seed": seed * 1000 + index,
             "model.name": args.model,
             "tasks.weights": weights,
@@ -227,10 +228,10 @@ def node_config(args: argparse.Namespace, out: Path, seed: int, arm: Arm, index:
             "swarm.window_seconds": args.window_seconds,
             "swarm.gather_timeout": 3.0,
             "swarm.publish_timeout": 5.0,
-            "swarm.identity_path": str(out / "identities" / f"seed{seed}-node{index}.key"),
+            "swarm.identity_path": str(out / "identities" / f"seed{seed}-{name}.key"),
             "swarm.initial_peers": [join] if join else [],
             "eval.enabled": True,
-            "eval.every_rounds": args.eval_every,
+            "eval.every_rounds": args.eval_every if index < VETERAN_INDEX else 0,
             "eval.max_share": 1.0,  # as asked, not skipped
             "eval.questions": args.eval_questions,
             "eval.samples": args.eval_samples,
@@ -240,6 +241,9 @@ def node_config(args: argparse.Namespace, out: Path, seed: int, arm: Arm, index:
     if arm.overrides:
         cfg = cfg.replace(**dict(arm.overrides))
     return cfg.replace(**{"swarm.enabled": cfg.round.external_groups > 0})
+
+
+VETERAN_INDEX = 100  # node indices from here are veterans (--veterans): seeds and identities of their own
 
 
 # --- the command ----------------------------------------------------------------------------------
@@ -292,6 +296,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="(seed, arm) runs at once, each in its own process (on 2 cores: --jobs 2 --threads 1, one run per core)",
+    )
+    p.add_argument(
+        "--veterans",
+        nargs="+",
+        default=[],
+        metavar="RUN_DIR",
+        help="run directories of nodes that have trained (each its own run, e.g. an earlier experiment's "
+        "runs/seed0-base/node0): in every sharing arm --veterans-per-seed of them, copied, resume and join "
+        "the swarm as veterans beside the --nodes newcomers, which start from the base model; isolated arms "
+        "run the newcomers alone (docs/experiment.md, 'A newcomer among veterans')",
+    )
+    p.add_argument(
+        "--veterans-per-seed",
+        type=int,
+        default=2,
+        help="veterans in each sharing run; seed s takes the pool's run directories s*V .. s*V+V-1 (round robin)",
     )
     p.add_argument(
         "--node-processes",
@@ -367,6 +387,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--nodes, --rounds and --seeds must be at least 1")
     if args.minutes < 0:
         raise SystemExit("--minutes must be >= 0 (0: exactly --rounds)")
+    if args.veterans:
+        missing = [d for d in args.veterans if not (Path(d) / "checkpoints").is_dir()]
+        if missing:
+            raise SystemExit(f"--veterans: no checkpoints in {', '.join(missing)} (a node's run directory)")
+        if args.node_processes:
+            raise SystemExit("--veterans runs in turn, in one process: leave out --node-processes")
+        if args.veterans_per_seed < 1:
+            raise SystemExit("--veterans-per-seed must be at least 1")
     args.stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or f"experiment-{args.stamp}").resolve()
     specs = check_arms(args, arms, out)  # before anything runs or is written

@@ -40,12 +40,13 @@ CSV_FIELDS = (
     "eval_solve_rate_base",
     "eval_capability",
     "eval_capability_base",
+    "role",
 )
 # then one `eval_solve_rate_<dataset>` column per dataset evaluated (the node's `eval/<dataset>/solve_rate`)
 DATASET_PREFIX = "eval_solve_rate_"
 _INT_FIELDS = ("seed", "sharing", "node", "round")
 # columns an experiment.csv written before arms may lack (filled with "" when read)
-_OPTIONAL_FIELDS = ("sharing", "train_tokens", "eval_capability", "eval_capability_base")
+_OPTIONAL_FIELDS = ("sharing", "train_tokens", "eval_capability", "eval_capability_base", "role")
 
 # two-sided 95 % quantiles of Student's t by degrees of freedom (larger: the normal's 1.96)
 _T975 = {
@@ -265,9 +266,54 @@ def _short(column: str) -> str:
     return column.removeprefix(DATASET_PREFIX)
 
 
+def veteran_lines(rows: list[dict], arms: list[str]) -> list[str]:
+    """With veterans (--veterans): their held-out level when the run began (their own run's last
+    evaluation, round 0) and at its end, and per arm how many rounds its newcomers took to reach
+    the veterans' starting level (the first evaluation at or above it), seed by seed."""
+    vets = [r for r in rows if r.get("role") == "veteran"]
+    if not vets:
+        return []
+    start = {}  # seed -> the veterans' mean held-out at round 0
+    for seed in sorted({int(r["seed"]) for r in vets}):
+        xs = [float(r["eval_solve_rate"]) for r in vets if int(r["seed"]) == seed and int(r["round"]) == 0]
+        xs = [x for x in xs if x == x]
+        if xs:
+            start[seed] = statistics.fmean(xs)
+    end = list(final_values(vets).values())
+    lines = [
+        f"veterans: held-out {statistics.fmean(start.values()):.3f} when the newcomers joined, "
+        f"{statistics.fmean(end) if end else float('nan'):.3f} at the end ({len(start)} seeds)"
+    ]
+    for arm in arms:
+        reached = []
+        for seed, level in start.items():
+            evals = sorted(
+                (int(r["round"]), float(r["eval_solve_rate"]))
+                for r in rows
+                if r["arm"] == arm
+                and int(r["seed"]) == seed
+                and r.get("role") != "veteran"
+                and r.get("eval_solve_rate", "") != ""
+                and int(r["round"]) > 0
+            )
+            by_round: dict[int, list[float]] = {}
+            for rnd, x in evals:
+                by_round.setdefault(rnd, []).append(x)
+            hit = next((rnd for rnd, xs in sorted(by_round.items()) if statistics.fmean(xs) >= level), None)
+            reached.append(hit)
+        if not reached:
+            continue
+        got = [x for x in reached if x is not None]
+        words = ", ".join("not reached" if x is None else f"round {x}" for x in reached)
+        lines.append(f"  {arm}: newcomers reach the veterans' level in {len(got)} of {len(reached)} seeds ({words})")
+    return lines
+
+
 def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
     """Per arm its final held-out solve rate over its replicates, per dataset, and its cost; per
-    arm after the first its difference from the first, overall and per dataset."""
+    arm after the first its difference from the first, overall and per dataset. Veterans' rows
+    (--veterans) stay out of every comparison: the newcomers are the replicates."""
+    everyone, rows = rows, [r for r in rows if r.get("role") != "veteran"]
     sharing = arm_sharing(rows)
     finals = final_values(rows)
     columns = dataset_columns(rows)
@@ -333,6 +379,7 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
                 f"{arm} - {arms[0]}: {t.mean:+.3f} ({t.interval()}) over {t.units()}"
             )
     lines.extend(reward_lines(rows, arms))
+    lines.extend(veteran_lines(everyone, arms))
     return lines
 
 
@@ -460,7 +507,7 @@ def read_rows(paths: list[str]) -> tuple[list[dict], str, dict[str, str]]:
                     for k, v in row.items():
                         if k in _INT_FIELDS:
                             row[k] = int(v) if v != "" else ""
-                        elif k != "arm":
+                        elif k not in ("arm", "role"):
                             row[k] = float(v) if v not in ("", None) else ""
                     rows[(row["seed"], row["arm"], row["node"], row["round"])] = row
         except (OSError, ValueError) as e:

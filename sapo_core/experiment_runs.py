@@ -30,6 +30,7 @@ from typing import Any
 
 from sapo_core import logs
 from sapo_core.experiment_report import write_outputs
+from sapo_core.roundshape import RoundShape
 
 # (seed, arm, node index, join address or None) -> that node's NodeConfig
 ConfigOf = Callable[[int, Any, int, "str | None"], Any]
@@ -91,9 +92,10 @@ def log_prefix() -> str:
 _PER_DATASET = re.compile(r"eval/([a-z0-9_]+)/solve_rate")
 
 
-def row(seed: int, arm: str, sharing: bool, i: int, r: int, m: dict[str, float]) -> dict:
+def row(seed: int, arm: str, sharing: bool, i: int, r: int, m: dict[str, float], role: str = "") -> dict:
     """One CSV row (experiment_report.CSV_FIELDS, then the per-dataset held-out columns)."""
     out = {
+        "role": role,
         "seed": seed,
         "arm": arm,
         "sharing": int(sharing),
@@ -158,8 +160,24 @@ def run_arm(args: argparse.Namespace, config_of: ConfigOf, seed: int, arm) -> li
 
     if not logs.installed():  # a child of --jobs: spawned, it starts without the handler
         logs.to_stderr(prefix=log_prefix)
+    veterans = _veteran_indices(args, config_of, seed, arm)
+    roles = {i: "veteran" for i in veterans}
     try:
         join = None
+        for i in veterans:
+            _node_tag = f"s{seed} {label} v{i}"
+            node = Node(_copy_veteran(args, config_of, seed, arm, i, join), sampler_factory=factory)
+            node.setup()
+            node.shape = RoundShape(
+                node.cfg.round.local_groups, node.cfg.round.external_groups, node.cfg.sampler.group_size
+            )
+            if nodes:
+                share_frozen_weights(node.policy.model, nodes[0].policy.model)
+            elif node.source is not None:
+                join = node.source.join_address
+            nodes.append(node)
+            rows.append(row(seed, label, True, i, 0, _last_evaluation(node), "veteran"))
+        n_veterans = len(nodes)
         for i in range(args.nodes):
             _node_tag = f"s{seed} {label} n{i}"
             node = Node(config_of(seed, arm, i, join), sampler_factory=factory)
@@ -169,20 +187,23 @@ def run_arm(args: argparse.Namespace, config_of: ConfigOf, seed: int, arm) -> li
             elif node.source is not None:
                 join = node.source.join_address
             nodes.append(node)
+        indices = [*veterans, *range(len(nodes) - n_veterans)]
+        role_of = {k: roles.get(i, "newcomer" if veterans else "") for k, i in enumerate(indices)}
         deadline = time.monotonic() + args.minutes * 60 if args.minutes else None
         mine: list[list[dict]] = [[] for _ in nodes]
         for r in range(1, args.rounds + 1):
-            for i, node in enumerate(nodes):
+            for k, node in enumerate(nodes):
+                i = indices[k]
                 _node_tag = f"s{seed} {label} n{i}"
                 m = node.run_round(final=r == args.rounds)
-                mine[i].append(row(seed, label, node.cfg.swarm.enabled, i, r, m))
+                mine[k].append(row(seed, label, node.cfg.swarm.enabled, i, r, m, role_of[k]))
                 _say_round(seed, label, i, r, args.rounds, m)
             if deadline is not None and time.monotonic() > deadline and r < args.rounds:
                 for i, node in enumerate(nodes):
                     _node_tag = f"s{seed} {label} n{i}"
                     _evaluate_last(node, mine[i])
                 break
-        rows = [x for rs in zip(*mine) for x in rs]
+        rows += [x for rs in zip(*mine) for x in rs]
     finally:
         for node in nodes:
             node.close()
@@ -190,6 +211,43 @@ def run_arm(args: argparse.Namespace, config_of: ConfigOf, seed: int, arm) -> li
             shared.inner.close()
         _node_tag = ""
     return rows
+
+
+def _veteran_indices(args: argparse.Namespace, config_of: ConfigOf, seed: int, arm) -> list[int]:
+    """The node indices of this run's veterans (--veterans): none in an isolated arm."""
+    from sapo_core.experiment import VETERAN_INDEX
+
+    if not getattr(args, "veterans", None) or not config_of(seed, arm, 0, None).swarm.enabled:
+        return []
+    return [VETERAN_INDEX + v for v in range(args.veterans_per_seed)]
+
+
+def _copy_veteran(args: argparse.Namespace, config_of: ConfigOf, seed: int, arm, index: int, join):
+    """The config of veteran `index`, its run directory a fresh copy of a trained node's (seed s
+    takes the pool's directories s*V .. s*V+V-1, round robin): it resumes where that run stopped."""
+    import shutil
+
+    from sapo_core.experiment import VETERAN_INDEX
+
+    v = index - VETERAN_INDEX
+    pool = args.veterans
+    source = Path(pool[(seed * args.veterans_per_seed + v) % len(pool)])
+    cfg = config_of(seed, arm, index, join)
+    target = Path(cfg.run_dir)
+    if not target.exists():
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("config.toml", "*.lock"))
+        (target / "veteran-of.txt").write_text(f"{source.resolve()}\n")
+    return cfg
+
+
+def _last_evaluation(node) -> dict[str, float]:
+    """A resumed node's last held-out figures, as its run store holds them (round 0's row)."""
+    rounds, _ = node.store.series("eval/solve_rate")
+    if not rounds:
+        return {}
+    for stored in node.store.rounds(since=rounds[-1] - 1, limit=1):
+        return {k: v for k, v in stored.metrics.items() if k.startswith("eval/")}
+    return {}
 
 
 JOIN_WAIT_SECONDS = 600.0  # how long a node waits for its run's others (they may still be loading models)

@@ -59,6 +59,14 @@ def clipped_surrogate(
     return loss, stats
 
 
+def policy_shaping(logp: torch.Tensor, gamma: float) -> torch.Tensor:
+    """(N,) LUFFY's shaped probability f(p) = p / (p + gamma) of each token (arXiv 2504.14945, §3.3),
+    p = exp(logp). Its gradient, gamma / (p + gamma)^2 * grad p, peaks where p = gamma: a peer's
+    token the policy finds unlikely (but not absurd) teaches most, one it already writes little."""
+    p = torch.exp(logp)
+    return p / (p + gamma)
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T) per-token KL(pi || ref) estimate k3 = exp(ref - logp) - (ref - logp) - 1 (>= 0)."""
     d = ref_logp - logp

@@ -45,12 +45,14 @@ from typing import Any, NamedTuple
 import torch
 
 from sapo_core import paths
+from sapo_core.adopt import adopt, right_completions
 from sapo_core.batch import BatchRules, external_token_ids, training_batch
 from sapo_core.checkpoint import Checkpoints, CheckpointState
 from sapo_core.config import NodeConfig, dump_config
 from sapo_core.control.threads import starting_threads
 from sapo_core.cpu import trim_heap, tune_heap
-from sapo_core.evaluation import EvalSettings, Evaluator, HeldOut, eval_within_share, held_out_line
+from sapo_core.evaluation import EvalSettings, HeldOut, eval_within_share, held_out_line
+from sapo_core.evaluator import Evaluator
 from sapo_core.figures import PhaseTimer, round_figures
 from sapo_core.fsutil import atomic_write_bytes, write_trouble
 from sapo_core.hardware import training_device
@@ -75,6 +77,9 @@ class BaseFile(NamedTuple):
     path: Path
     stamp: tuple[int, int]  # size, modification time (modelfiles.file_stamp)
     sha256: str
+
+
+ADOPT_PART = 1000  # the sampling seeds' part for peers' adopted questions (refills use 1, 2, ...)
 
 
 class Refill(NamedTuple):
@@ -260,12 +265,21 @@ class Node:
             with timer("likelihood"):  # a forward pass over peers' completions: work, not waiting
                 hooks.progress("likelihood", 0, 1)
                 external = self._keep_likely(external, swarm_failures)
+        adopted = None
+        if external and cfg.swarm.take == "mixed":  # their questions, our answers, their right one where we fail
+            adopted = adopt(external, shape.external, lambda qs: self._sample_and_score(r, qs, timer, ADOPT_PART)[:2])
+            swarm_failures.update(adopted.figures(len(external)))
+            external = []
 
         # 5. advantages, group by group (the receipts name the peers' groups that train)
         with timer("prepare"):
             trained_local, trained_prompts = (local, prompts) if refill is None else (refill.groups, refill.prompts)
+            mixed = []
+            if adopted is not None:
+                trained_local, trained_prompts = trained_local + adopted.own, trained_prompts + adopted.prompts
+                mixed = adopted.mixed
             batch = training_batch(
-                policy, self._prompt, trained_local, trained_prompts, external, BatchRules.for_config(cfg)
+                policy, self._prompt, trained_local, trained_prompts, external, BatchRules.for_config(cfg), mixed
             )
             if batch.capped:
                 swarm_failures["swarm/external_tokens_capped"] = float(batch.capped)
@@ -276,7 +290,9 @@ class Node:
         with timer("sync"):
             if batch.sequences:
                 if self._sampler.check_drift(figures.get("sampler/logprob_drift")):
-                    self.cfg = cfg = cfg.replace(**{"sampler.quantization": "f16"})
+                    # the sampler's own state, not the run's config (config.toml stays what it ran with)
+                    figures["sampler/switched_to_f16"] = 1.0
+                    self.store.set_meta("sampler_switched", f"f16 export after round {r} (log-prob drift)")
                 self._sampler.sync_policy(policy)
 
         # 7. held-out evaluation every eval.every_rounds (within eval.max_share) and at the end of the run
@@ -293,6 +309,8 @@ class Node:
         metrics.update(figures)
         if refill is not None:
             metrics.update(refill.figures)
+        if adopted is not None:  # the peers' groups that taught: their questions, and their answers where we failed
+            metrics["groups/external"] = float(len(adopted.own) + len(adopted.mixed))
         metrics.update(evaluated)
         if self._source is not None:
             self._swarm_step("stats", swarm_failures, lambda: metrics.update(self._source.stats()))
@@ -323,7 +341,8 @@ class Node:
 
     def _sample_and_score(self, r: int, questions, timer: PhaseTimer, part: int = 0):
         """Our groups of `questions` (G completions each, scored with our own rewards, fed to the
-        curriculum), their encoded prompts and the raw samples."""
+        curriculum unless they are peers' questions: part ADOPT_PART), their encoded prompts and
+        the raw samples."""
         cfg, hooks, policy = self.cfg, self.hooks, self.policy
         with timer("sample"):
             prompts = [self._prompt(q) for q in questions]
@@ -341,7 +360,7 @@ class Node:
                 for c, reward in zip(comps, self.tasks.score(q, [c.text for c in comps])):
                     c.reward = float(reward)
                 local.append(Group(question=q, completions=comps, source="local", round=r))
-            for g in local:  # the curriculum follows our own accuracy
+            for g in local if part != ADOPT_PART else ():  # the curriculum follows our own questions
                 change = self.tasks.observe(g)
                 if change is not None:
                     log.info(f"curriculum: {change}")
@@ -457,11 +476,17 @@ class Node:
         return self.policy.encode_prompt(self.tasks.messages(question))
 
     def _keep_likely(self, external: list[Group], failures: dict[str, float]) -> list[Group]:
-        """Peers' groups less the completions our policy finds implausible (swarm/likelihood.py),
-        counted as `unlikely`; a peer most of whose completions were is struck."""
-        verdict = filter_unlikely(
-            external, self._peer_logprobs, self.cfg.swarm.likelihood_floor, self.cfg.swarm.likelihood_window
-        )
+        """Peers' groups less the completions our judge finds implausible (swarm/likelihood.py),
+        counted as `unlikely`; a peer most of whose completions were is struck. Under swarm.take =
+        mixed a group stays while it holds a right completion (we adopt its question)."""
+        s = self.cfg.swarm
+        judges = {
+            "policy": [self._peer_logprobs],
+            "base": [self._base_logprobs],
+            "either": [self._peer_logprobs, self._base_logprobs],
+        }[s.likelihood_judge if self.policy.lora else "policy"]
+        keeps = (lambda g: bool(right_completions(g))) if s.take == "mixed" else None
+        verdict = filter_unlikely(external, judges, s.likelihood_floor, s.likelihood_window, keeps)
         failures["swarm/unlikely"] = float(verdict.unlikely)
         if verdict.groups_dropped:
             failures["swarm/unlikely_groups"] = float(verdict.groups_dropped)
@@ -477,6 +502,11 @@ class Node:
                 prompts[id(g)] = self._prompt(g.question)
         seqs = [TrainSequence(prompts[id(g)], external_token_ids(self.policy, c, max_new), 0.0) for g, c in pairs]
         return self.trainer.completion_logprobs(seqs, self.hooks)
+
+    def _base_logprobs(self, pairs) -> list[list[float]]:
+        """The base model's per-token log-probs of peers' completions (the LoRA adapter off)."""
+        with self.policy.model.disable_adapter():
+            return self._peer_logprobs(pairs)
 
     def _save(self, r: int, metrics: dict[str, float], started: float) -> None:
         p, receipts = self.policy, [list(x) for x in self._receipts]

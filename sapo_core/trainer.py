@@ -26,6 +26,10 @@
   leaves out the path through the prompt's keys and values (LoRA adapts k_proj and v_proj), an
   approximation that must pay on held-out per CPU-hour (docs/experiment.md, 'Recipe lab').
   Gradient checkpointing is off in that pass: the completions' activations are small.
+- A guide (a peer's verified right completion added to our own all-wrong group, swarm.take =
+  mixed) is off-policy text: its tokens carry LUFFY's policy-shaped objective -A p/(p + gamma)
+  (arXiv 2504.14945; gamma = `train.guide_gamma`) instead of the clipped ratio, which would treat
+  the peer's text as if our sampler had drawn it.
 - The loss is the token-level mean over every completion token of the round's batch
   (DAPO-style), so long and short completions weigh by their tokens.
 - With KL (beta > 0) the reference is the base model: the LoRA adapter switched off.
@@ -63,6 +67,7 @@ class TrainSequence:
     sample_logprobs: list[float] | None = None  # the sampling log-probs (ours, or a peer's where sent); NaN: unknown
     peer: bool = False  # a peer's completion (its sample_logprobs are the peer sampler's)
     spread: bool = False  # those log-probs are the text's total spread over our tokens (verify.py)
+    guide: bool = False  # a peer's right answer in our own all-wrong group: trained with policy shaping
 
 
 @dataclass
@@ -77,6 +82,7 @@ class _MicroBatch:
     n_tokens: int  # prompt + completion tokens processed
     peer_tokens: torch.Tensor | None = None  # (N,) bool: the token belongs to a peer's completion
     spread_tokens: torch.Tensor | None = None  # (N,) bool: its sequence's log-probs were spread
+    guide_tokens: torch.Tensor | None = None  # (N,) bool: a guide's token (LUFFY's shaped objective)
 
     def to(self, device: torch.device) -> _MicroBatch:
         """This micro-batch with its tensors on `device` (the model's: a CUDA GPU, or itself)."""
@@ -102,7 +108,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
         length = max(len(s.prompt_ids) + len(s.completion_ids) for s in part)
         ids = torch.full((len(part), length), pad_id, dtype=torch.long)
         att = torch.zeros((len(part), length), dtype=torch.long)
-        rows, targets, owner, slp, peer, spread = [], [], [], [], [], []
+        rows, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
         for b, s in enumerate(part):
             full = s.prompt_ids + s.completion_ids
             ids[b, : len(full)] = torch.tensor(full)
@@ -116,6 +122,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
             slp.extend(lp)
             peer.extend([s.peer] * len(s.completion_ids))
             spread.extend([s.spread] * len(s.completion_ids))
+            guide.extend([s.guide] * len(s.completion_ids))
         out.append(
             _MicroBatch(
                 input_ids=ids,
@@ -128,6 +135,7 @@ def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> li
                 n_tokens=int(att.sum()),
                 peer_tokens=torch.tensor(peer, dtype=torch.bool),
                 spread_tokens=torch.tensor(spread, dtype=torch.bool),
+                guide_tokens=torch.tensor(guide, dtype=torch.bool),
             )
         )
     return out
@@ -178,7 +186,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
         allowed = torch.zeros((length, length), dtype=torch.bool)
         for a, p in prompts:
             allowed[a : a + p, a : a + p] = torch.ones((p, p), dtype=torch.bool).tril()
-        pred, targets, owner, slp, peer, spread = [], [], [], [], [], []
+        pred, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
         for k, (a, p, b, c, i) in enumerate(spans):
             allowed[b : b + c, a : a + p] = True
             allowed[b : b + c, b : b + c] = torch.ones((c, c), dtype=torch.bool).tril()
@@ -189,6 +197,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
             slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
             peer.extend([s.peer] * c)
             spread.extend([s.spread] * c)
+            guide.extend([s.guide] * c)
         mask = torch.zeros((1, 1, length, length), dtype=dtype)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         out.append(
@@ -204,6 +213,7 @@ def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torc
                 position_ids=torch.tensor([pos], dtype=torch.long),
                 peer_tokens=torch.tensor(peer, dtype=torch.bool),
                 spread_tokens=torch.tensor(spread, dtype=torch.bool),
+                guide_tokens=torch.tensor(guide, dtype=torch.bool),
             )
         )
     return out
@@ -224,7 +234,7 @@ def _make_prefix_micro_batches(seqs: list[TrainSequence], pad_id: int) -> list[_
         ids = torch.full((len(members), length), pad_id, dtype=torch.long)
         att = torch.zeros((len(members), len(prefix) + length), dtype=torch.long)
         att[:, : len(prefix)] = 1
-        rows, targets, owner, slp, peer, spread = [], [], [], [], [], []
+        rows, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
         for b, i in enumerate(members):
             s = seqs[i]
             c = len(s.completion_ids)
@@ -236,6 +246,7 @@ def _make_prefix_micro_batches(seqs: list[TrainSequence], pad_id: int) -> list[_
             slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
             peer.extend([s.peer] * c)
             spread.extend([s.spread] * c)
+            guide.extend([s.guide] * c)
         out.append(
             _MicroBatch(
                 input_ids=ids,
@@ -249,6 +260,7 @@ def _make_prefix_micro_batches(seqs: list[TrainSequence], pad_id: int) -> list[_
                 position_ids=(torch.arange(length) + len(prefix)).repeat(len(members), 1),
                 peer_tokens=torch.tensor(peer, dtype=torch.bool),
                 spread_tokens=torch.tensor(spread, dtype=torch.bool),
+                guide_tokens=torch.tensor(guide, dtype=torch.bool),
                 prefix_ids=torch.tensor([prefix], dtype=torch.long),
             )
         )
@@ -353,7 +365,7 @@ class Trainer:
         if self.cfg.kl_beta > 0:
             ref = [self._reference_logprobs(mb) for mb in mbs]
         sums = {"loss": 0.0, "kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "ratio": 0.0, "grad_norm": 0.0}
-        drift_sum, drift_n, tokens = 0.0, 0, 0
+        drift_sum, drift_n, tokens, guide_tokens = 0.0, 0, 0, 0
         weights: list[torch.Tensor | None] = []
         peer_figures: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -382,6 +394,12 @@ class Trainer:
                 )
                 if weights[i] is not None:
                     loss_tok = loss_tok * weights[i][:, None]
+                if mb.guide_tokens is not None and bool(mb.guide_tokens.any()):
+                    # a guide's tokens: LUFFY's shaped objective, -A f(p), unclipped (see module docstring)
+                    shaped = -adv * grpo.policy_shaping(logp, self.cfg.guide_gamma)
+                    loss_tok = torch.where(mb.guide_tokens[:, None], shaped[:, None], loss_tok)
+                    if step == 0:
+                        guide_tokens += int(mb.guide_tokens.sum())
                 loss = loss_tok.sum()
                 if self.cfg.kl_beta > 0:
                     kl = grpo.kl_k3(logp, ref[i], mask).sum()
@@ -418,6 +436,8 @@ class Trainer:
             out["loss/kl"] = sums["kl"]
         if drift_n:
             out["sampler/logprob_drift"] = drift_sum / drift_n
+        if guide_tokens:
+            out["train/guide_tokens"] = float(guide_tokens)
         out.update(_peer_summary(peer_figures))
         return out
 

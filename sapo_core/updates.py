@@ -1,24 +1,35 @@
-"""Updates: learn of a release from a signed manifest, fetch its package, install it between rounds.
+"""Updates: learn of a release from a TUF repository, fetch its package, install it between rounds.
 
-The manifest is a signed list (swarm/signedlist.py: HTTPS only, at most 256 KiB, its last line an
-Ed25519 signature by a key in resources/swarmlist-keys.txt, the swarm list's key, and a top-level
-integer `version` that never goes back), holding one release:
+The project publishes releases in a repository of The Update Framework (update_repo.py builds
+it; docs/release.md is the procedure), and this client is python-tuf's `ngclient.Updater`. Before
+it believes anything, TUF checks:
 
-    version = 12                       # the manifest's own sequence number
+- every metadata file is signed by a threshold of the keys its role has in the trusted root, and
+  each new root by the keys of the one before (a key rotated out or revoked signs nothing more);
+- no role's version is lower than one accepted before (an older release replayed: a rollback);
+- no role has expired: a mirror that stopped updating, or someone in the path replaying the
+  newest metadata they saw to hold nodes on an old release (a freeze), is noticed when the
+  timestamp expires (three days at most), and the check says it cannot confirm this copy is up
+  to date, and why (`Check.unconfirmed`);
+- every file is within its signed length and has its signed SHA-256 (nothing endless or altered).
+
+The trusted root: `ROOT_FILE` shipped in sapo_resources, else one in the data directory (a fork's
+own repository). Newer root versions (key rotations) come from the repository and are kept with
+the rest of the trusted metadata in the data directory (`METADATA_DIR`), shared by all mirrors.
+
+A release is the target `release.toml`, its packages targets of the same repository:
+
     [release]
     version = "0.2.0"                  # the app's version (PEP 440)
     notes = "What changed, in a line or two."
     [[release.packages]]
     platform = "linux-x86_64-tar"      # see PLATFORMS
-    url = "https://example.org/sapo-swarm-0.2.0-linux-x86_64.tar.gz"
-    sha256 = "64 hex digits"
-    size = 123456789                   # bytes
+    target = "sapo-swarm-0.2.0-linux-x86_64.tar.gz"
 
-`check()` fetches it (the app: from `updates/url` in its settings) and says whether it names a
-newer release with a package for this installation. `download()` fetches that package: exactly
-`size` bytes whose SHA-256 is `sha256`, written beside its final name and renamed only when whole
-(a truncated or altered download is deleted and refused). `install()` installs it, which only a
-packaged installation can do:
+`check()` says whether the repository names a newer release with a package for this
+installation. `download()` looks at the repository again (the metadata may have changed since)
+and fetches that package into `NAME.part`, renamed only when whole and as signed (anything else
+is deleted and refused). `install()` installs it, which only a packaged installation can do:
 
 - `tarball` (the self-contained Linux package, unpacked anywhere): the archive unpacks into
   `ROOT/versions/VERSION` and the `ROOT/current` link, which the launchers follow, is swapped to
@@ -29,6 +40,9 @@ packaged installation can do:
 - `source` (a clone with the source installer): not updated in place; the message says to pull
   and run the installer again.
 
+Not tufup: it builds on python-tuf too, but installs by replacing the app's folder in place,
+where the tarball keeps versions side by side and the .deb belongs to apt.
+
 When: the app installs only when asked, or by itself when the user turned that on, never on a
 metered connection (Qt's `QNetworkInformation`), and only after the node finished its round and
 stopped (its checkpoint is written at every round's end), never mid-round.
@@ -36,7 +50,6 @@ stopped (its checkpoint is written at every round's end), never mid-round.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -44,20 +57,19 @@ import ssl
 import sys
 import tarfile
 import tomllib
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from sapo_core import __version__
 
-MANIFEST_NAME = "release.signed.toml"  # the last manifest accepted, in the data directory
+RELEASE_TARGET = "release.toml"
 PLATFORMS = ("linux-x86_64-tar", "linux-x86_64-deb", "windows-x86_64", "macos-arm64", "macos-x86_64")
-MAX_PACKAGE_BYTES = 4 << 30  # no package of ours is near this; a manifest saying more is refused
+MAX_PACKAGE_BYTES = 4 << 30  # no package of ours is near this; a release saying more is refused
 _CHUNK = 1 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+_TARGET_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,200}")
 
 
 class UpdateError(Exception):
@@ -67,9 +79,10 @@ class UpdateError(Exception):
 @dataclass(frozen=True)
 class Package:
     platform: str
-    url: str
-    sha256: str
-    size: int
+    target: str  # its name among the repository's targets
+    sha256: str = ""  # as the repository's signed targets metadata says
+    size: int = 0
+    repository: str = ""  # the repository's URL
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,8 @@ class Release:
 
 
 def parse_release(body: str, source: str) -> list[Release]:
-    """The release a manifest's body names (a one-item list: signedlist's check), or ValueError."""
+    """The release a release.toml names (a one-item list), its packages by target name only
+    (their size and hash come from the signed targets metadata), or ValueError."""
     from packaging.version import InvalidVersion, Version
 
     data = tomllib.loads(body)
@@ -99,18 +113,14 @@ def parse_release(body: str, source: str) -> list[Release]:
         where = f"{source}: release.packages[{n}]"
         if not isinstance(p, dict):
             raise ValueError(f"{where} is not a table")
-        platform, url, digest, size = p.get("platform"), p.get("url"), p.get("sha256"), p.get("size")
+        platform, target = p.get("platform"), p.get("target")
         if platform not in PLATFORMS:
             raise ValueError(f"{where}: platform {platform!r} is not one of {', '.join(PLATFORMS)}")
-        if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme != "https":
-            raise ValueError(f"{where}: url must be an https URL")
-        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            raise ValueError(f"{where}: sha256 must be 64 lowercase hex digits")
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_PACKAGE_BYTES:
-            raise ValueError(f"{where}: size must be a byte count from 1 to {MAX_PACKAGE_BYTES}")
+        if not isinstance(target, str) or not _TARGET_NAME.fullmatch(target) or target == RELEASE_TARGET:
+            raise ValueError(f"{where}: target must be a package's file name")
         if platform in packages:
             raise ValueError(f"{where}: a second package for {platform}")
-        packages[platform] = Package(platform, url, digest, size)
+        packages[platform] = Package(platform, target)
     return [Release(version, notes, packages)]
 
 
@@ -151,8 +161,9 @@ def installation(executable: str | None = None, frozen: bool | None = None) -> I
 
 @dataclass
 class Check:
-    release: Release | None = None  # the newest release the manifest names (newer or not)
+    release: Release | None = None  # the release the repository names (newer or not)
     refused: list[str] = field(default_factory=list)  # a message per URL that gave nothing usable
+    unconfirmed: str = ""  # why this copy cannot confirm it is up to date (the metadata expired)
 
     def newer(self, current: str = __version__) -> Release | None:
         return self.release if self.release is not None and is_newer(self.release.version, current) else None
@@ -162,28 +173,55 @@ class Check:
         return release.packages.get(platform) if release is not None else None
 
 
-def manifest_path() -> Path:
-    from sapo_core import paths
-
-    return paths.data_dir() / MANIFEST_NAME
-
-
 def check(
     urls: Sequence[str],
-    keys: Mapping[str, object] | None = None,
-    path: Path | None = None,
+    root: bytes | None = None,
+    folder: Path | None = None,
     timeout: float = 10.0,
     context: ssl.SSLContext | None = None,
 ) -> Check:
-    """Fetch the manifest from `urls` in turn (signedlist.update: signed, never an older one
-    than the last accepted), else the last one accepted."""
-    from sapo_core.swarm import signedlist
+    """Ask the repositories at `urls` in turn (mirrors of one repository) for the release, until
+    one answers with metadata TUF accepts. `root`: the trusted root (default `trusted_root()`);
+    `folder`: the trusted metadata (default in the data directory)."""
+    from sapo_core import update_tuf as t
 
-    got = signedlist.update(
-        urls, keys, manifest_path() if path is None else path, timeout, context, check=parse_release
-    )
-    manifest = got.accepted or got.kept
-    return Check(manifest.entries[0] if manifest is not None else None, got.refused)
+    root = root if root is not None else t.trusted_root()
+    folder = folder or t.metadata_dir()
+    if root is None:
+        return Check(refused=[t.NO_ROOT.format(path=folder.parent / t.ROOT_FILE)])
+    got = Check()
+    for url in urls:
+        fetcher = t.Fetcher(timeout, context)
+        try:
+            got.release = _read_release(t.client(url, root, folder, fetcher), url, folder)
+            got.unconfirmed = ""  # one repository confirmed it
+            return got
+        except t.x.ExpiredMetadataError as e:
+            got.unconfirmed = t.unconfirmed(e, url, fetcher)
+            got.refused.append(f"{url}: {got.unconfirmed}")
+        except UpdateError as e:
+            got.refused.append(str(e))
+        except (t.x.RepositoryError, t.x.DownloadError) as e:
+            got.refused.append(t.why(e, url))
+        except (OSError, ValueError) as e:  # the metadata folder, or a release.toml that does not parse
+            got.refused.append(f"{url}: {e}")
+    return got
+
+
+def _read_release(client: Any, url: str, folder: Path) -> Release:
+    info = client.get_targetinfo(RELEASE_TARGET)
+    if info is None:
+        raise UpdateError(f"{url}: the repository names no release ({RELEASE_TARGET} is not among its targets)")
+    path = client.download_target(info, str(folder / RELEASE_TARGET))
+    release = parse_release(Path(path).read_text(encoding="utf-8"), f"{url} {RELEASE_TARGET}")[0]
+    packages = {}
+    for platform, p in release.packages.items():
+        target = client.get_targetinfo(p.target)
+        digest = target.hashes.get("sha256") if target is not None else None
+        if target is None or not digest or not 0 < target.length <= MAX_PACKAGE_BYTES:
+            raise UpdateError(f"{url}: {RELEASE_TARGET} names {p.target}, which the signed targets do not list")
+        packages[platform] = replace(p, sha256=digest, size=target.length, repository=url)
+    return replace(release, packages=packages)
 
 
 # --- downloading ---------------------------------------------------------------------------
@@ -194,62 +232,60 @@ Progress = Callable[[int, int], None]  # (bytes so far, bytes in all)
 def download(
     package: Package,
     folder: Path,
+    root: bytes | None = None,
+    metadata: Path | None = None,
     timeout: float = 30.0,
     context: ssl.SSLContext | None = None,
     progress: Progress | None = None,
 ) -> Path:
-    """The package in `folder`, whole and as signed, or UpdateError (nothing left behind).
+    """The package in `folder`, whole and as the repository signs it now, or UpdateError (nothing
+    left behind). The metadata is refreshed first; a file already there that matches is used."""
+    from sapo_core import update_tuf as t
 
-    One request; at most `size` + 1 bytes read; the file is `NAME.part` until its size and
-    SHA-256 match, then renamed. A file already there that matches is used as it is."""
-    name = Path(urllib.parse.urlsplit(package.url).path).name or f"sapo-swarm-{package.platform}"
-    target = folder / name
-    if target.is_file() and target.stat().st_size == package.size and _sha256(target) == package.sha256:
-        return target
-    if urllib.parse.urlsplit(package.url).scheme != "https":
-        raise UpdateError(f"{package.url}: only https URLs are fetched")
+    x, metadata = t.x, metadata or t.metadata_dir()
+    root = root if root is not None else t.trusted_root()
+    if root is None:
+        raise UpdateError(t.NO_ROOT.format(path=metadata.parent / t.ROOT_FILE))
+    target, part = folder / package.target, folder / f"{package.target}.part"
+    host = urllib.parse.urlsplit(package.repository).netloc or package.repository
+    stays = "; the installed version stays"
     folder.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(folder).free
-    if free < package.size + (64 << 20):
-        raise UpdateError(
-            f"{folder} has {free / 1e6:.0f} MB free; the update needs {package.size / 1e6:.0f} MB: free some space"
-        )
-    part = target.with_name(target.name + ".part")
-    digest, got = hashlib.sha256(), 0
+    fetcher = t.Fetcher(timeout, context, scratch=folder)
     try:
-        with urllib.request.urlopen(package.url, timeout=timeout, context=context) as reply:  # noqa: S310 (https)
-            with open(part, "wb") as f:
-                while got <= package.size:
-                    block = reply.read(min(_CHUNK, package.size + 1 - got))
-                    if not block:
-                        break
-                    f.write(block)
-                    digest.update(block)
-                    got += len(block)
-                    if progress is not None:
-                        progress(min(got, package.size), package.size)
-        if got != package.size:
-            more = "more" if got > package.size else f"only {got}"
-            raise UpdateError(f"{package.url} sent {more} bytes; the signed manifest says {package.size}: not used")
-        if digest.hexdigest() != package.sha256:
-            raise UpdateError(f"{package.url} is not the package the manifest signed (its SHA-256 differs): not used")
+        client = t.client(package.repository, root, metadata, fetcher)
+        info = client.get_targetinfo(package.target)
+        if info is None or (info.hashes.get("sha256"), info.length) != (package.sha256, package.size):
+            raise UpdateError(f"{host} no longer offers this package (a newer release is out?): check again")
+        if client.find_cached_target(info, str(target)):
+            return target
+        free = shutil.disk_usage(folder).free
+        if free < 2 * package.size + (64 << 20):  # the temporary file and the package, for a moment
+            need = (2 * package.size + (64 << 20)) / 1e6
+            raise UpdateError(f"{folder} has {free / 1e6:.0f} MB free; the update needs {need:.0f} MB: free some space")
+        fetcher.progress, fetcher.expect = progress, package.size
+        client.download_target(info, str(part))
         os.replace(part, target)
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        part.unlink(missing_ok=True)
-        reason = getattr(e, "reason", e)
-        raise UpdateError(f"{package.url}: the download failed ({reason}); the installed version stays") from None
+        return target
+    except x.DownloadLengthMismatchError:
+        why = f"{host} sent more than the {package.size} bytes the signed metadata says: not used"
+    except x.LengthOrHashMismatchError as e:
+        short = re.search(r"Observed length (\d+)", str(e))
+        why = (
+            f"{host} sent only {short.group(1)} of the {package.size} bytes the signed metadata says: not used"
+            if short
+            else f"{host} sent a file that is not the package the repository signed (its SHA-256 differs): not used"
+        )
+    except x.ExpiredMetadataError as e:
+        why = f"SAPO Swarm cannot confirm the update: {t.unconfirmed(e, package.repository, fetcher)}"
+    except (x.RepositoryError, x.DownloadError) as e:
+        why = f"the download failed: {t.why(e, package.repository)}"
+    except (OSError, ValueError) as e:
+        why = f"the download failed ({e})"
     except UpdateError:
         part.unlink(missing_ok=True)
         raise
-    return target
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
+    part.unlink(missing_ok=True)
+    raise UpdateError(why + stays)
 
 
 # --- installing ----------------------------------------------------------------------------

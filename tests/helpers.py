@@ -105,6 +105,31 @@ def honest_groups(seed: int, round: int, n: int = 3) -> list[Group]:
     return out
 
 
+def altered_groups(groups: list[Group]) -> list[Group]:
+    """The same groups with each question's text changed: a signed record only a hostile node
+    sends (refused as `text_mismatch`)."""
+    out = []
+    for g in groups:
+        out.append(dataclasses.replace(g, question=dataclasses.replace(g.question, text=g.question.text + "?")))
+    return out
+
+
+def scrape_metrics(url: str) -> tuple[str, dict[str, dict[tuple, float]], str]:
+    """A scrape of a page's /metrics on loopback, read by prometheus_client's own parser: (its
+    content type, {sample name: {labels as a sorted tuple: value}}, its text)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=10) as r:
+        kind, text = r.headers["Content-Type"], r.read().decode()
+    samples: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return kind, samples, text
+
+
 def attacker_store(attacker, targets, key: str, value: bytes, subkey: bytes, expiration: float) -> list:
     """Send raw (already signed or not) bytes straight to storage nodes, skipping every check
     an honest node would make before storing."""
@@ -323,12 +348,45 @@ def release_tarball(version: str, launcher: bool = True, extra: dict[str, bytes]
     return out.getvalue()
 
 
-def release_manifest(seq: int, version: str, url: str, package: bytes, notes: str = "Faster rounds.") -> str:
-    """An unsigned release manifest (sign it with signedlist.sign_list) naming `package` at `url`."""
+UPDATE_KEYS = ("root1", "root2", "root3", "targets", "snapshot", "timestamp", "timestamp2")
+
+
+def update_keys(folder: Path) -> dict:
+    """Signers for an update repository, from key files `update_repo.generate_key` writes in
+    `folder`: three root keys, one per online role, and a second timestamp key to rotate to."""
+    from sapo_core.update_repo import generate_key, load_signer
+
+    for name in UPDATE_KEYS:
+        generate_key(folder / f"{name}.pem")
+    return {name: load_signer(folder / f"{name}.pem") for name in UPDATE_KEYS}
+
+
+def update_repository(folder: Path, keys: dict, **options):
+    """A TUF update repository in `folder` as the project makes one (root version 1: three root
+    keys, two of them signing; one key for each online role) and the root a copy ships:
+    (Repository, root bytes). `options`: Repository's clock and lifetimes."""
+    from sapo_core.update_repo import ONLINE, Repository
+
+    repo = Repository(folder, **options)
+    roots = [keys[f"root{i}"].public_key for i in (1, 2, 3)]
+    repo.init(roots, 2, {role: keys[role].public_key for role in ONLINE}, [keys["root1"], keys["root2"]])
+    return repo, (repo.metadata / "1.root.json").read_bytes()
+
+
+def publish_release(repo, keys: dict, version: str, notes: str = "Faster rounds.", served=None) -> Path:
+    """Release `version` (a tarball as release_tarball makes it) in `repo`, signed by `keys`'
+    online roles. `served(package) -> bytes`: what the server then holds instead (a package
+    damaged on the wire). Returns the served file."""
     import hashlib
 
-    return (
-        f'version = {seq}\n[release]\nversion = "{version}"\nnotes = "{notes}"\n'
-        f'[[release.packages]]\nplatform = "linux-x86_64-tar"\nurl = "{url}"\n'
-        f'sha256 = "{hashlib.sha256(package).hexdigest()}"\nsize = {len(package)}\n'
-    )
+    from sapo_core.update_repo import ONLINE
+
+    package = release_tarball(version)
+    file = repo.folder.parent / f"upload-{repo.folder.name}" / f"sapo-swarm-{version}-linux-x86_64.tar.gz"
+    file.parent.mkdir(exist_ok=True)
+    file.write_bytes(package)
+    repo.release(version, notes, {"linux-x86_64-tar": file}, {role: keys[role] for role in ONLINE})
+    on_server = repo.targets / f"{hashlib.sha256(package).hexdigest()}.{file.name}"
+    if served is not None:
+        on_server.write_bytes(served(package))
+    return on_server

@@ -74,3 +74,27 @@ def test_with_a_kl_term_flat_groups_train_and_the_token_budget_takes_whole_group
     )
     assert b.groups == 2 and b.capped == 1 and b.receipts == [("peerA", 7, 0)]
     assert [s.advantage for s in b.sequences[:2]] == [0.0, 0.0] and b.sequences[0].completion_ids == [10, 11]
+
+
+def test_a_mixed_group_spans_our_completions_and_the_guide(policy):
+    """Our four wrong completions and a peer's right one: the advantages are those of the five
+    rewards together, ours train as ours (our ids, our log-probs, the stop token), the guide as the
+    peer's re-tokenised text flagged guide (and peer, so it never counts as our sampler's drift)."""
+    from sapo_core.batch import Mixed
+
+    own = ours([0.0, 0.0, 0.0, 0.0])
+    guide = Completion("Answer: 4", finished=True, reward=1.0)
+    m = Mixed(own, [1, 2, 3], [guide], ("peer-a", 7, 2))
+    batch = training_batch(policy, lambda q: [9], [], [], [], BatchRules(128, True, 0), [m])
+    assert batch.groups == 1 and batch.receipts == [("peer-a", 7, 2)]
+    advantages = [s.advantage for s in batch.sequences]
+    # rewards 0 0 0 0 1: mean 0.2, unbiased std sqrt(0.2): (r - 0.2) / 0.4472
+    assert advantages == pytest.approx([-0.4472] * 4 + [1.7889], abs=1e-3)
+    assert [s.guide for s in batch.sequences] == [False] * 4 + [True]
+    assert all(s.prompt_ids == [1, 2, 3] for s in batch.sequences)
+    assert batch.sequences[0].completion_ids == [10, 11, policy.tokenizer.eos_token_id]
+    g = batch.sequences[-1]
+    assert g.peer and g.sample_logprobs is None
+    assert g.completion_ids == policy.encode_completion("Answer: 4") + [policy.tokenizer.eos_token_id]
+    flat = Mixed(ours([1.0, 1.0]), [1], [Completion("Answer: 4", reward=1.0)], ("peer-a", 7, 3))
+    assert training_batch(policy, lambda q: [9], [], [], [], BatchRules(128, True, 0), [flat]).groups == 0

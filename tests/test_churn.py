@@ -21,7 +21,7 @@ import pytest
 from sapo_core.config import SwarmConfig, TaskConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
-from sapo_core.swarm.dht import sweep_stale_sockets
+from sapo_core.swarm.p2pd import sweep_stale_sockets
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
 
@@ -208,7 +208,7 @@ def test_peers_that_join_leave_and_die_never_break_a_node_s_gathers(tmp_path):
 def test_a_node_on_loopback_never_asks_a_router_for_a_port(tmp_path):
     """p2pd's NAT port mapping (UPnP / NAT-PMP) sends discovery to the local network: a node that
     listens on loopback only (every test and benchmark) runs its daemon without it."""
-    from sapo_core.swarm.dht import listens_beyond_loopback
+    from sapo_core.swarm.p2pd import listens_beyond_loopback
 
     assert not listens_beyond_loopback(["/ip4/127.0.0.1/tcp/0", "/ip6/::1/tcp/0", "/ip4/127.8.9.1/tcp/5"])
     assert listens_beyond_loopback(["/ip4/0.0.0.0/tcp/0"]) and listens_beyond_loopback(["/ip6/::/tcp/1"])

@@ -12,22 +12,21 @@ import pytest
 import torch
 
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, PAPER_SPECIALTIES, ModelConfig, TaskConfig
+from sapo_core.evalbase import base_weights, load_cached
 from sapo_core.evaluation import (
     EVAL_SEED,
     MAX_EVAL_QUESTIONS,
     EvalScores,
     EvalSettings,
-    Evaluator,
     HeldOut,
-    base_weights,
     eval_question,
     eval_set,
     gains_by_dataset,
-    load_cached,
     paired_bootstrap,
     set_name,
     summarize,
 )
+from sapo_core.evaluator import Evaluator
 from sapo_core.tasks import LEVELS, MAX_INDEX, MAX_SEED, TaskSet, _generate
 
 DEFAULT = tuple(DEFAULT_TASK_WEIGHTS)
@@ -287,3 +286,42 @@ def test_the_all_levels_cells_lie_above_the_start_level_and_training_skips_them(
     medium = TaskConfig(weights={"basic_arithmetic": 1.0}, levels={"basic_arithmetic": "medium"})
     drawn = [q for r in range(60) for q in TaskSet(medium, seed=r, held_out=held).sample_questions(r, 4)]
     assert not {q.text for q in drawn} & {q.text for q in questions[:3]}  # the medium cell's texts
+
+
+def test_a_shipped_base_result_is_used_for_its_model_file_only(tiny, tmp_path, monkeypatch):
+    """With the model file's SHA-256 the evaluator looks for a shipped result of exactly its key
+    (evalbase.py) before measuring the base model; another file's (another SHA-256) is never used,
+    and what it used goes into the cache like a measured one."""
+    from sapo_core import evalbase
+
+    policy, sampler = tiny
+    tasks = TaskSet(TaskConfig(), seed=0)
+    settings = EvalSettings(samples=2, greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=6)
+    probe = Evaluator(tasks, settings, 2, tmp_path / "probe", model_sha256="ab" * 32)
+    fake = EvalScores(
+        keys=[q.id.key() for q in probe.questions],
+        datasets=[q.id.dataset for q in probe.questions],
+        solved=[[1.0, 0.0]] * len(probe.questions),
+        rewards=[[1.0, 0.0]] * len(probe.questions),
+    )
+    key = evalbase.shipped_key(policy.model_id, "ab" * 32, probe.questions, settings, tasks, sampler.name)
+    shipped = tmp_path / "shipped.json"
+    evalbase.write_shipped(shipped, [(key, fake)])
+    monkeypatch.setattr(evalbase, "shipped_files", lambda: [shipped])
+    m = Evaluator(tasks, settings, 2, tmp_path / "a", model_sha256="ab" * 32).run(sampler, policy, _Hooks())
+    assert m["eval/solve_rate_base"] == 0.5 == m["eval/solve_rate"]  # version 0: the base itself, as shipped
+    assert len(list((tmp_path / "a" / "eval").glob("base-*.json"))) == 1
+    other = Evaluator(tasks, settings, 2, tmp_path / "b", model_sha256="cd" * 32).run(sampler, policy, _Hooks())
+    assert other["eval/solve_rate_base"] == 0.0  # measured: random weights solve nothing
+
+
+@pytest.mark.slow
+def test_the_shipped_base_result_is_what_this_machine_measures(capsys):
+    """resources/eval-base/: the embedded model's base result at the default settings, measured again
+    here completion by completion (sapo-bench baseeval): a new node's first round skips the
+    minute-long base evaluation on the strength of it."""
+    from sapo_core.bench.cli import main
+
+    assert main(["baseeval", "--threads", "1"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "shipped: the same" in line, line

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import tomllib
+from pathlib import Path
 
 import psutil
 import pytest
@@ -460,3 +461,36 @@ def test_minutes_end_a_run_early_with_a_final_evaluation(tmp_path, data_dir):
         rows = list(csv.DictReader(f))
     assert {r["round"] for r in rows} == {"1"}
     assert all(r["eval_solve_rate"] != "" for r in rows)
+
+
+@pytest.mark.network
+def test_newcomers_among_veterans(tmp_path, data_dir):
+    """--veterans: trained nodes (an earlier run's run directories) are copied, resume and join each
+    sharing arm's swarm; the newcomers start fresh; the isolated arm runs its newcomers alone. The
+    veterans' rows (round 0: their own last evaluation) stay out of the comparison, and the summary
+    says when the newcomers reached the veterans' level."""
+    pool = tmp_path / "pool"
+    assert main([*_DRY, "--seeds", "1", "--arm", "vet:", "--rounds", "2", "--out", str(pool)]) == 0
+    veterans = [str(pool / "runs" / "seed0-vet" / f"node{i}") for i in (0, 1)]
+    out = tmp_path / "out"
+    argv = [*_DRY, "--nodes", "1", "--seeds", "1", "--configs", "2/0,1/1", "--eval-every", "1", "--out", str(out)]
+    assert main([*argv, "--veterans", *veterans, "--veterans-per-seed", "2"]) == 0
+    with open(out / "experiment.csv") as f:
+        rows = list(csv.DictReader(f))
+    vets = [r for r in rows if r["role"] == "veteran"]
+    assert sorted((r["node"], r["round"]) for r in vets) == [
+        ("100", "0"),
+        ("100", "1"),
+        ("100", "2"),
+        ("101", "0"),
+        ("101", "1"),
+        ("101", "2"),
+    ]
+    assert all(r["arm"] == "1/1" for r in vets)
+    assert {(r["arm"], r["role"]) for r in rows if r["role"] != "veteran"} == {("2/0", ""), ("1/1", "newcomer")}
+    run = out / "runs" / "seed0-1-1"
+    assert (run / "veteran0" / "veteran-of.txt").read_text().strip() == str(Path(veterans[0]).resolve())
+    assert tomllib.loads((run / "veteran0" / "config.toml").read_text())["round"]["external_groups"] == 1
+    summary = (out / "summary.txt").read_text()
+    assert "1/1 - 2/0: " in summary and "over 1 seed" in summary
+    assert "veterans: held-out" in summary and "newcomers reach the veterans' level" in summary

@@ -83,3 +83,15 @@ def test_chunked_logprobs_match_full_softmax_and_gradients():
     g2 = torch.autograd.grad(full.sum(), (h, w))
     for a, b in zip(g1, g2):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_policy_shaping_by_hand():
+    """LUFFY's f(p) = p / (p + gamma): 0.5 at p = gamma, its gradient in logp p*gamma/(p+gamma)^2
+    largest there (0.25) and small for tokens the policy already writes (p near 1)."""
+    from sapo_core.grpo import policy_shaping
+
+    logp = torch.log(torch.tensor([0.1, 0.9, 0.01], requires_grad=False)).requires_grad_(True)
+    f = policy_shaping(logp, 0.1)
+    assert f.tolist() == pytest.approx([0.5, 0.9 / 1.0, 0.01 / 0.11], rel=1e-5)
+    f.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([0.25, 0.9 * 0.1 / 1.0**2, 0.01 * 0.1 / 0.11**2], rel=1e-4)

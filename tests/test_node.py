@@ -458,6 +458,7 @@ def test_drift_above_the_limit_falls_back_to_the_f16_export(tmp_path, data_dir):
         assert node._sampler.check_drift(DRIFT_LIMIT * 3)
         assert node._sampler.inner is not q8 and node._sampler.cfg.quantization == "f16"
         assert node._sampler.status()["model_path"].endswith(".f16.gguf")
+        assert node.cfg.sampler.quantization == "q8_0"  # the run's config is what it started with
     finally:
         node.close()
 
@@ -489,3 +490,19 @@ def test_dynamic_sampling_refills_the_round_with_groups_that_have_spread(tmp_pat
     assert m["groups/refill_sampled"] == expected_sampled
     assert m["groups/trained"] == have == first_have + m["groups/refill_with_signal"]
     assert expected_sampled > 0  # the script leaves the first draw short: the refill is exercised
+
+
+def test_mixed_take_adopts_peers_questions_and_guides_where_we_fail(tmp_path, data_dir):
+    """swarm.take = mixed on the fake swarm: random weights get every adopted question wrong, so each
+    of the J peers' groups comes back as our own all-wrong group plus the peer's right answer; those
+    train (the guide's tokens shaped) and their receipts name the peer's groups."""
+    cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 2, "swarm.take": "mixed"})
+    node = Node(cfg, source=SolvedGroups(cfg.tasks))
+    node.setup()
+    m = node.run_round()
+    assert m["swarm/adopt_offered"] == 2 and m["swarm/adopt_guided"] == 2 and m["swarm/adopt_on_policy"] == 0
+    assert m["groups/trained"] == 2 and m["train/guide_tokens"] > 0 and m["groups/external"] == 2
+    m2 = node.run_round()
+    node.close()
+    assert node.source.receipts[-1] == [("peer-x", 1, 0), ("peer-x", 1, 1)]  # named in the next record
+    assert m2["groups/trained"] == 2

@@ -23,6 +23,7 @@ from sapo_core.hooks import NullHooks
 from sapo_core.rollouts import Completion, Group
 from sapo_core.swarm import validation
 from sapo_core.swarm.keys import KeySpace
+from sapo_core.swarm.publish import fit_record
 from sapo_core.swarm.records import (
     LOGPROB_BOUND,
     Record,
@@ -32,7 +33,6 @@ from sapo_core.swarm.records import (
     decode_record,
     encode_logprobs,
     encode_record,
-    fit_record,
 )
 from sapo_core.swarm.validation import ReasonCounter, SwarmSchemaValidator
 from sapo_core.swarm.verify import JUNK_REASONS, CompletionCutter, VerifyLimits, verify_record
@@ -346,13 +346,13 @@ def test_index_entries_announce_the_app_version_and_older_readers_ignore_it():
     ],
 )
 def test_which_versions_are_newer(theirs, ours, newer):
-    from sapo_core.swarm.source import newer_version
+    from sapo_core.swarm.versions import newer_version
 
     assert newer_version(theirs, ours) is newer
 
 
 def test_a_newer_version_is_said_once_each():
-    from sapo_core.swarm.source import version_notice
+    from sapo_core.swarm.versions import version_notice
 
     seen: set[str] = set()
     said = version_notice("0.2.0", "0.1.0", seen)

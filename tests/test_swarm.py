@@ -97,7 +97,8 @@ def test_forgeries_sent_to_storage_nodes_are_refused_and_counted(swarm, verifier
     from hivemind.utils import get_dht_time
 
     from sapo_core.swarm.keys import KeySpace
-    from sapo_core.swarm.records import Record, encode_record, fit_record
+    from sapo_core.swarm.publish import fit_record
+    from sapo_core.swarm.records import Record, encode_record
 
     a, b, c = swarm["nodes"]
     mallory = open_swarm(swarm["joined"], verifier, swarm["dir"] / "mallory", RecordingHooks())
@@ -210,7 +211,8 @@ def test_a_flood_of_signed_junk_costs_a_bounded_gather(swarm, verifier):
     from hivemind.utils import get_dht_time
 
     from sapo_core.swarm.identity import NodeIdentity
-    from sapo_core.swarm.records import IndexEntry, encode_index, fit_record
+    from sapo_core.swarm.publish import fit_record
+    from sapo_core.swarm.records import IndexEntry, encode_index
 
     a, b, c = swarm["nodes"]
     ks = a.keyspace

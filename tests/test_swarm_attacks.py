@@ -108,7 +108,8 @@ def test_a_signed_record_with_a_hostile_subkey_never_reaches_gather(world, kind)
     """The crash: a validly signed record whose owner subkey deserialises as a str (or a
     tuple...) was stored, and every gather that read it raised TypeError. Now storage nodes
     refuse it (`bad_subkey`), and the gather goes on with the honest peer's groups."""
-    from sapo_core.swarm.records import IndexEntry, encode_index, fit_record
+    from sapo_core.swarm.publish import fit_record
+    from sapo_core.swarm.records import IndexEntry, encode_index
 
     victim, honest, attacker = world["victim"], world["honest"], world["attacker"]
     ks = victim.keyspace
@@ -190,7 +191,8 @@ def _store_raw_subkey(attacker, targets, key: str, payload: bytes, raw_subkey: b
 def test_values_a_broken_storage_node_could_return_never_raise_in_the_source(world):
     """Values reach the source only through our validators; should one still carry a subkey or a
     value of another type (a node of an older version stored it), the source drops it."""
-    from sapo_core.swarm.records import IndexEntry, fit_record
+    from sapo_core.swarm.publish import fit_record
+    from sapo_core.swarm.records import IndexEntry
 
     victim, attacker = world["victim"], world["attacker"]
     now, w = _now_window(victim)
@@ -222,7 +224,8 @@ def test_records_announced_without_signal_cost_no_strike_and_promised_ones_do(wo
     strike each, and sharing nodes of sapo-experiment ignored each other); one whose entry
     promised signal and that holds none is still `no_signal`, a light strike."""
     from sapo_core.rollouts import Completion, Group
-    from sapo_core.swarm.records import IndexEntry, fit_record
+    from sapo_core.swarm.publish import fit_record
+    from sapo_core.swarm.records import IndexEntry
 
     victim, honest = world["victim"], world["honest"]
     now, w = _now_window(victim)
@@ -563,7 +566,8 @@ def _sybil(ks, attacker, targets, verifier, kind: str, window: float, exp: float
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     from sapo_core.swarm.identity import NodeIdentity
-    from sapo_core.swarm.records import IndexEntry, encode_index, fit_record
+    from sapo_core.swarm.publish import fit_record
+    from sapo_core.swarm.records import IndexEntry, encode_index
 
     fake = NodeIdentity.from_key(Path("-"), rsa.generate_private_key(public_exponent=65537, key_size=2048))
     key = fake.hivemind_key()
@@ -653,12 +657,15 @@ def test_a_24_identity_flood_does_not_starve_the_honest_peer(world, verifier, cu
 
 
 @pytest.mark.slow
-def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
+@pytest.mark.parametrize("take, judge", [("paper", "policy"), ("mixed", "either")])
+def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch, take, judge):
     """A real node (the embedded model) joins the victim's swarm; an attacker publishes right
     answers with injected links and garbage preambles with the answer, an honest peer plain
     right and wrong answers. Over two rounds (~4 min on an idle 2-core machine) the node's update
     sees honest peer text and not one poisoned completion (the cut, the duplicates collapse and the
-    likelihood floor)."""
+    likelihood floor). Also under swarm.take = mixed with either judge (our policy or the base
+    model): a poisoned right answer is no guide, and a group left without a likely right answer
+    is not adopted."""
     from sapo_core.config import NodeConfig
     from sapo_core.node import Node
 
@@ -676,6 +683,8 @@ def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
             "swarm.host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
             "swarm.initial_peers": [world["victim"].join_address],
             "swarm.identity_path": str(tmp_path / "id.key"),
+            "swarm.take": take,
+            "swarm.likelihood_judge": judge,
         }
     )
     node = Node(cfg)
@@ -722,4 +731,7 @@ def test_node_trains_on_no_poison(world, verifier, tmp_path, monkeypatch):
         f"external groups {[m['groups/external'] for m in metrics]}"
     )
     assert poisoned_trained == []
-    assert trained  # the honest peer's groups were trained on
+    if take == "paper":
+        assert trained  # the honest peer's groups were trained on
+    else:  # their questions were adopted: as ours where we had spread, with a guide where we failed
+        assert sum(m.get("swarm/adopt_offered", 0) for m in metrics) > 0

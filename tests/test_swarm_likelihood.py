@@ -55,3 +55,31 @@ def test_the_worst_window_decides_and_a_completion_without_tokens_is_kept():
 def test_a_group_left_without_reward_spread_goes_whole():
     v = filter_unlikely([group("p", ("lp:-9", 1.0), ("lp:-1", 0.0), ("lp:-1", 0.0))], by_text, floor=-3.0, window=2)
     assert v.kept == [] and v.groups_dropped == 1 and v.peers == {"p": (1, False)}
+
+
+def test_with_two_judges_a_completion_stays_when_either_finds_it_likely():
+    """swarm.likelihood_judge = either: our policy and the base model score every completion; one
+    stays when its better score is at or above the floor. Poison unlikely to both still goes."""
+
+    def sharpened(pairs):  # a trained policy: other policies' honest text looks less likely to it
+        return [[x - 2.0 for x in lps] for lps in by_text(pairs)]
+
+    honest = ("lp:-1,-2", 1.0)  # base: worst window -1.5; the trained policy: -3.5
+    mine = ("lp:-0.5,-0.5", 0.0)
+    poison = ("lp:-5,-5", 1.0)  # -5 and -7: under the floor for both
+    g = group("p", honest, mine, poison)
+    alone = filter_unlikely([g], sharpened, floor=-3.0, window=2)
+    assert alone.unlikely == 2  # the trained policy alone drops the honest text with the poison
+    both = filter_unlikely([g], [sharpened, by_text], floor=-3.0, window=2)
+    assert both.unlikely == 1 and [c.text for c in both.kept[0].completions] == ["lp:-1,-2", "lp:-0.5,-0.5"]
+
+
+def test_keeps_decides_what_is_left_of_a_group():
+    """Under swarm.take = mixed a group stays while it holds a right completion, spread or not."""
+    all_right = group("p", ("lp:-1", 1.0), ("lp:-9", 1.0), ("lp:-1", 1.0))
+    v = filter_unlikely(
+        [all_right], by_text, floor=-3.0, window=2, keeps=lambda g: any(c.reward >= 1 for c in g.completions)
+    )
+    assert len(v.kept) == 1 and len(v.kept[0].completions) == 2 and v.groups_dropped == 0
+    default = filter_unlikely([all_right], by_text, floor=-3.0, window=2)
+    assert default.kept == [] and default.groups_dropped == 1

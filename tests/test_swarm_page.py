@@ -3,7 +3,6 @@ it in a real browser (Debian's headless Chromium), and that nothing a peer sends
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -25,7 +24,7 @@ from sapo_core.swarm.page import render_page
 from sapo_core.swarm.source import open_swarm
 from sapo_core.tasks import TaskSet
 
-from helpers import honest_groups
+from helpers import altered_groups, honest_groups, scrape_metrics
 
 pytestmark = pytest.mark.network
 
@@ -44,14 +43,6 @@ def _cfg(**changes) -> SwarmConfig:
     return SwarmConfig(**{**base, **changes})
 
 
-def _lying(groups):
-    """The same groups with each question's text changed: a signed record only a hostile node sends."""
-    out = []
-    for g in groups:
-        out.append(dataclasses.replace(g, question=dataclasses.replace(g.question, text=g.question.text + "?")))
-    return out
-
-
 def _swarm_of_three(tmp_path: Path, initial_peers: list[str]):
     """Nodes b (honest, says its model and held-out figure), c (honest, trains on two of b's
     groups: its record's receipts name them) and d (sends questions it changed)."""
@@ -64,7 +55,7 @@ def _swarm_of_three(tmp_path: Path, initial_peers: list[str]):
     b.describe(model="smollm2-135m-instruct", held_out=(40, 0.3125, 384))
     b.publish(3, honest_groups(seed=7, round=3))
     c.publish(5, honest_groups(seed=8, round=5, n=2), receipts=[(b.node_id, 3, 0), (b.node_id, 3, 2)])
-    d.publish(2, _lying(honest_groups(seed=9, round=2)))
+    d.publish(2, altered_groups(honest_groups(seed=9, round=2)))
     return nodes
 
 
@@ -318,6 +309,16 @@ def test_a_node_that_opts_in_serves_the_page_of_what_it_sees(tmp_path):
             time.sleep(1)
         assert [n["name"] for n in s["nodes"]] == [peer.node_name] and s["groups_verified"] == 3
         assert s["swarm"] == "page-test" and s["join"] == [host.join_address]
+        # its /metrics: the swarm as it sees it, and its own rounds and held-out figure
+        host.publish(1, honest_groups(seed=4, round=1))
+        time.sleep(0.5)  # a round of half a second
+        host.publish(2, honest_groups(seed=4, round=2))
+        host.describe(held_out=(2, 0.25, 64))
+        _, got, text = scrape_metrics(host.page.url + "metrics")
+        one = {name: series.get(()) for name, series in got.items()}
+        assert one["sapo_node_round"] == 2 and 0.5 <= one["sapo_node_round_seconds"] < 30
+        assert (one["sapo_node_held_out_solve_rate"], one["sapo_node_held_out_round"]) == (0.25, 2)
+        assert one["sapo_swarm_groups_verified_total"] == 3 and peer.node_id not in text
     finally:
         for n in (peer, host):
             if n is not None:

@@ -10,6 +10,7 @@ import pytest
 
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.keys import PROTOCOL_VERSION, KeySpace
+from sapo_core.swarm.publish import fit_record
 from sapo_core.swarm.records import (
     FORMAT_VERSION,
     MAX_RECORD_BYTES,
@@ -22,7 +23,6 @@ from sapo_core.swarm.records import (
     decode_record,
     encode_index,
     encode_record,
-    fit_record,
 )
 
 

@@ -11,12 +11,12 @@ import pytest
 from sapo_core.config import TaskConfig
 from sapo_core.rollouts import Completion, Group, QuestionId
 from sapo_core.swarm.records import Record, WireGroup
+from sapo_core.swarm.selection import sample_groups
 from sapo_core.swarm.verify import (
     JUNK_REASONS,
     CompletionCutter,
     PeerReputation,
     VerifyLimits,
-    sample_groups,
     verify_record,
 )
 from sapo_core.tasks import TaskSet
@@ -268,3 +268,16 @@ def test_useless_records_cost_light_strikes():
         assert rep.is_suspect("ghost")
     assert rep.observe("ghost", Counter({"record_missing": 1}), False, useless=True)  # 6 x 0.5 = 3
     assert rep.rejections["ghost"]["record_missing"] == 6
+
+
+def test_keep_flat_right_accepts_all_right_groups_only(tasks, question):
+    """swarm.take = mixed: a veteran's all-right group stays (we adopt its question); an all-wrong
+    one is still refused, and a peer claiming its wrong answers right gets nothing: our re-scoring
+    decides, so its flat group of wrong answers is zero_advantage either way."""
+    limits = VerifyLimits(keep_flat_right=True)
+    right = [f"Answer: {question.answer}", f"The answer is {question.answer}."]
+    wrong = ["Answer: -12345", "answer = -12345"]
+    verdict = verify_record(_record(_wire(question, right), _wire(question, wrong)), tasks, PEER, limits)
+    assert [[c.reward for c in g.completions] for g in verdict.accepted] == [[1.0, 1.0]]
+    assert verdict.rejected == Counter({"zero_advantage": 1})
+    assert verify_record(_record(_wire(question, right)), tasks, PEER).rejected == Counter({"zero_advantage": 1})

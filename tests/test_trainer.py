@@ -339,3 +339,24 @@ def test_the_gradient_leaves_out_only_the_prompts_keys_and_values():
     part = torch.cat([g.flatten() for g in _gradients(small_policy(), seqs, False)])
     assert not torch.allclose(full, part, atol=1e-6)
     assert float(torch.nn.functional.cosine_similarity(full, part, dim=0)) > 0.5
+
+
+def test_a_guides_tokens_carry_the_shaped_objective():
+    """A guide sequence's tokens are trained with -A p/(p + gamma), unclipped: the loss the update
+    reports is the token mean of that for the guide and of -A * ratio (1 at the first step) for ours."""
+    import math
+
+    seqs = sequences()[:3]
+    seqs[1] = TrainSequence(seqs[1].prompt_ids, seqs[1].completion_ids, 1.2, guide=True, peer=True)
+    policy = small_policy()
+    cfg = TrainConfig(precision="fp32", steps_per_round=1, guide_gamma=0.1)
+    with torch.no_grad():
+        lps = _per_sequence_logprobs(Trainer(policy, cfg), seqs)
+    tokens = sum(len(s.completion_ids) for s in seqs)
+    expected = 0.0
+    for s, lp in zip(seqs, lps):
+        for x in lp:
+            expected += -s.advantage * (math.exp(x) / (math.exp(x) + 0.1) if s.guide else 1.0)
+    figures = Trainer(policy, cfg).update(seqs, NullHooks())
+    assert figures["loss/policy"] == pytest.approx(expected / tokens, abs=1e-5)
+    assert figures["train/guide_tokens"] == len(seqs[1].completion_ids)

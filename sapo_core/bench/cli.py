@@ -21,6 +21,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("tasks", "baseline reward per task, prompt style and answer extraction of the untrained model"),
     ("control", "pause latency p50/p95 and measured CPU use at 25/50/75% throttle of a real node process"),
     ("learning", "held-out solve rate of the base model and after N rounds alone, with the gain's 95% CI"),
+    ("baseeval", "the base model's held-out result measured here against the one shipped for a fast first round"),
     (
         "contention",
         "a node round quiet and beside 1 and 2 busy programs: its slowdown and theirs, "

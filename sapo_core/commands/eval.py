@@ -62,7 +62,8 @@ def evaluate_run(
     """{'run_dir', 'round', 'model', 'questions', 'samples', 'datasets': {name: figures}, 'figures'}."""
     from sapo_core.config import ConfigError, load_config
     from sapo_core.downloads import TerminalHooks
-    from sapo_core.evaluation import EvalSettings, Evaluator, gains_by_dataset
+    from sapo_core.evaluation import EvalSettings, gains_by_dataset
+    from sapo_core.evaluator import Evaluator
     from sapo_core.hooks import NullHooks
     from sapo_core.modelfiles import resolve_model
     from sapo_core.policy import load_policy
@@ -93,13 +94,7 @@ def evaluate_run(
         model_id=plan.model_id,
     )
     tasks = TaskSet(cfg.tasks, seed=0)
-    settings = EvalSettings(
-        samples=cfg.eval.samples,
-        greedy=cfg.eval.greedy,
-        temperature=cfg.sampler.temperature,
-        top_p=cfg.sampler.top_p,
-        max_new_tokens=cfg.sampler.max_new_tokens,
-    )
+    settings = EvalSettings.for_config(cfg)
     sampler, _ = make_sampler(cfg.sampler, policy, paths.cache_dir())
     try:
         if cfg.sampler.threads:

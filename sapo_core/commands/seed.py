@@ -13,9 +13,10 @@ node does), and keeps what makes it a good bootstrap peer stable across restarts
 - `seed.json` in the data directory says what it serves (peer id, join addresses, swarm) for
   tools and the swarm list (docs/deploy.md).
 
-It serves the swarm's page (swarm/page.py: `/` for people, `/api/status` for tools) on
-`--page-port` (default 31331; 0: none). It logs to stdout (one line a minute: peers, records
-refused by reason, its memory) and exits cleanly, p2pd included, on SIGTERM or SIGINT.
+It serves the swarm's page (swarm/page.py: `/` for people, `/api/status` for tools, `/metrics`
+for Prometheus, swarm/metrics.py) on `--page-port` (default 31331; 0: none). It logs to stdout
+(one line a minute: peers, records refused by reason, its memory) and exits cleanly, p2pd
+included, on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ def serve(
             except OSError as e:
                 log.error(f"the swarm's page cannot listen on {page[0]}:{page[1]} ({e}); --page-port 0: no page")
                 return 1
-            log.info(f"the swarm's page: {swarm_page.url} (JSON: {swarm_page.url}api/status)")
+            url = swarm_page.url
+            log.info(f"the swarm's page: {url} (JSON: {url}api/status; Prometheus: {url}metrics)")
         for a in addresses:
             log.info(f"join with: --initial-peers {a}")
 

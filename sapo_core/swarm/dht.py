@@ -6,10 +6,11 @@ gensyn-ai/rl-swarm issues #102, #227). Driving `DHTNode` directly has no such pi
 loop is synchronous, so every call here blocks with a timeout and raises `SwarmTimeout` instead
 of hanging a round.
 
-Joining: with `initial_peers`, the node pings them at start; if none answers it logs a clear
-message, keeps working alone (publishing into its own DHT) and retries in the background with
-exponential backoff, also whenever it later loses every peer. Without `initial_peers` it
-hosts a new swarm and logs the addresses others join with.
+Joining (joining.py): with `initial_peers`, the node pings them at start; if none answers it
+logs a clear message, keeps working alone (publishing into its own DHT) and retries in the
+background with exponential backoff, also whenever it later loses every peer. Without
+`initial_peers` it hosts a new swarm and logs the addresses others join with. p2pd.py has the
+node's options and the daemon's leftover sockets.
 
 Reachability (reachability.py): once joined, peers dial this node back. Reachable, it serves
 the DHT, answers others' dial-backs and relays for them (p2pd's relay service); unreachable
@@ -31,63 +32,13 @@ from typing import Any
 
 from sapo_core.config import SwarmConfig
 from sapo_core.swarm.identity import NodeIdentity
+from sapo_core.swarm.joining import create_joined, dial, keep_joined, num_peers_of
 from sapo_core.swarm.keys import KeySpace
+from sapo_core.swarm.p2pd import node_options, sweep_stale_sockets
 from sapo_core.swarm.reachability import REACHABLE, UNKNOWN, UNREACHABLE, DialbackService, Reachability
 from sapo_core.swarm.validation import ReasonCounter, make_validators
 
 log = logging.getLogger(__name__)
-
-
-SOCKET_DIR = "/tmp"  # where hivemind's p2pd and its client put their unix sockets
-_SOCKET_PATTERNS = ("hivemind-p2pd-*.sock", "hivemind-p2pclient-*.sock")
-
-
-def sweep_stale_sockets(directory: str = SOCKET_DIR, min_age: float = 10.0) -> int:
-    """Remove the unix socket files of p2p daemons that died without cleaning up (a node killed
-    with SIGKILL leaves its daemon's; a clean stop removes it): ours (same uid), older than
-    `min_age` seconds, and nobody listening (connecting is refused). A live daemon's socket,
-    ours or another hivemind program's, always accepts, so it stays. Returns how many went."""
-    import glob
-    import os
-    import socket
-    import stat
-    import time
-
-    removed = 0
-    for pattern in _SOCKET_PATTERNS:
-        for path in glob.glob(os.path.join(directory, pattern)):
-            try:
-                st = os.lstat(path)
-                if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid() or time.time() - st.st_mtime < min_age:
-                    continue
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.settimeout(1.0)
-                    try:
-                        s.connect(path)
-                        continue  # someone listens: a live daemon
-                    except ConnectionRefusedError:
-                        pass
-                os.unlink(path)
-                removed += 1
-            except OSError:  # gone meanwhile, not ours to touch, a slow listener: leave it
-                continue
-    return removed
-
-
-def listens_beyond_loopback(host_maddrs: Sequence[str]) -> bool:
-    """Whether any listen address is more than loopback (0.0.0.0 and :: are everything)."""
-    import ipaddress
-
-    for maddr in host_maddrs:
-        parts = maddr.split("/")
-        if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
-            return True  # a DNS name or something else: assume it can be reached
-        try:
-            if not ipaddress.ip_address(parts[2]).is_loopback:
-                return True
-        except ValueError:
-            return True
-    return False
 
 
 class SwarmError(RuntimeError):
@@ -158,42 +109,14 @@ class SwarmDHT:
 
     async def _create(self) -> None:
         from hivemind.dht.node import DHTNode
-        from hivemind.dht.routing import DHTID
         from hivemind.dht.validation import CompositeValidator
 
         from sapo_core.logs import adopt_library_loggers
 
         adopt_library_loggers()  # hivemind's records reach the Log tab, not its own stderr handler
         validator = CompositeValidator(make_validators(self._hivemind_key, self.keyspace, self.dht_rejections))
-        kwargs: dict[str, Any] = dict(
-            node_id=DHTID.generate(source=self.identity.peer_id),  # stable across restarts, as the peer id
-            initial_peers=list(self.cfg.initial_peers) or None,
-            identity_path=str(self.identity.path),
-            # p2pd checks a reused identity is not running elsewhere (one more daemon start);
-            # a key made just now cannot be
-            check_if_identity_free=not self.identity.fresh,
-            record_validator=validator,
-            client_mode=self.client_mode,
-            use_relay=self.cfg.use_relay,
-            # behind NAT, p2pd reserves a slot at a relay (the bootstrap peers by default)
-            use_auto_relay=self.cfg.use_relay and self.cfg.reachability != "reachable",
-            num_replicas=self.cfg.replicas,
-            wait_timeout=self.cfg.rpc_timeout,
-            bootstrap_timeout=self.cfg.join_timeout,
-            ensure_bootstrap_success=False,  # no answer: train alone and retry (below)
-            startup_timeout=self.cfg.start_timeout,
-            # UPnP / NAT-PMP asks the router on the local network: only for a node others may dial
-            nat_port_map=self.cfg.nat_port_map and listens_beyond_loopback(self.cfg.host_maddrs),
-        )
-        if self.cfg.host_maddrs:
-            kwargs["host_maddrs"] = list(self.cfg.host_maddrs)
-        else:
-            kwargs["no_listen"] = True
-        if self.cfg.announce_maddrs:
-            kwargs["announce_maddrs"] = list(self.cfg.announce_maddrs)
-        if self.client_mode:
-            kwargs["force_reachability"] = "private"
-        self._node = await self._create_joined(DHTNode, kwargs)
+        kwargs = node_options(self.cfg, self.identity, validator, self.client_mode)
+        self._node = await create_joined(DHTNode, kwargs, self.cfg)
         await self._refresh_maddrs()
         if self.client_mode:
             self.reachability = Reachability(
@@ -208,22 +131,7 @@ class SwarmDHT:
         elif self.num_peers() > 0:
             await self._check_reachability()
             if self.reachability.status == UNREACHABLE and not self.client_mode and self.cfg.reachability == "auto":
-                log.warning(
-                    f"swarm: peers cannot dial this node ({self.reachability.detail}); restarting it as a DHT client"
-                )
-                await self._node.shutdown()
-                self.client_mode = True
-                # a fresh DHT id: peers still list the server we were under the old one, and a
-                # search that returns the searcher's own id trips an assertion in hivemind
-                kwargs.update(
-                    client_mode=True,
-                    force_reachability="private",
-                    check_if_identity_free=False,
-                    node_id=DHTID.generate(),
-                )
-                self._node = await self._create_joined(DHTNode, kwargs)
-                await self._refresh_maddrs()
-                self.reachability = dataclasses.replace(self.reachability, relayed=self._relayed())
+                await self._restart_as_client(DHTNode, kwargs)
         if not self.client_mode:
             await DialbackService(self._node.p2p).start()
         log.info(f"swarm: {self.reachability.words()}")
@@ -233,53 +141,44 @@ class SwarmDHT:
         if self.cfg.initial_peers:
             if self.num_peers() > 0:
                 log.info(f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
-            self._rejoin_task = asyncio.create_task(self._keep_joined())
+            self._rejoin_task = asyncio.create_task(keep_joined(self._node, self.cfg, lambda: self._closed))
         else:
-            from sapo_core.swarm.reachability import is_private
+            self._say_hosting()
 
-            address = self.best_maddr()
-            log.info(
-                f"hosting a new swarm '{self.cfg.swarm_name}'; others join with "
-                f"--initial-peers {address or '(no address found)'}"
-            )
-            if address and is_private(address):
-                log.warning(
-                    "swarm: that address is private: only computers on this network can "
-                    "join through it (docs/swarm.md, Joining)"
-                )
+    async def _restart_as_client(self, node_cls: Any, kwargs: dict[str, Any]) -> None:
+        """Peers cannot dial us: start the DHT node again as a client, which stores on and reads
+        from reachable peers, so nobody ever has to dial it."""
+        from hivemind.dht.routing import DHTID
 
-    async def _create_joined(self, node_cls: Any, kwargs: dict[str, Any]) -> Any:
-        """DHTNode.create with the initial peers, retried with backoff; alone if none answers.
+        log.warning(f"swarm: peers cannot dial this node ({self.reachability.detail}); restarting it as a DHT client")
+        await self._node.shutdown()
+        self.client_mode = True
+        # a fresh DHT id: peers still list the server we were under the old one, and a
+        # search that returns the searcher's own id trips an assertion in hivemind
+        kwargs.update(
+            client_mode=True,
+            force_reachability="private",
+            check_if_identity_free=False,
+            node_id=DHTID.generate(),
+        )
+        self._node = await create_joined(node_cls, kwargs, self.cfg)
+        await self._refresh_maddrs()
+        self.reachability = dataclasses.replace(self.reachability, relayed=self._relayed())
 
-        p2pd refuses to start when no bootstrap peer answers ("failed to connect to bootstrap
-        peers"), and a started node may still find none of them answering its ping.
-        """
-        peers = ", ".join(self.cfg.initial_peers)
-        delay = self.cfg.rejoin_min_seconds
-        for attempt in range(1, self.cfg.join_attempts + 1 if self.cfg.initial_peers else 1):
-            try:
-                node = await node_cls.create(**kwargs)
-            except Exception as e:
-                if "bootstrap" not in str(e):
-                    raise
-            else:
-                if self.num_peers_of(node) > 0:
-                    return node
-                await node.shutdown()
-            if attempt < self.cfg.join_attempts:
-                log.warning(
-                    f"no peer answered at {peers} (attempt {attempt}/{self.cfg.join_attempts}); "
-                    f"retrying in {delay:.0f} s"
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.cfg.rejoin_max_seconds)
-        if self.cfg.initial_peers:
+    def _say_hosting(self) -> None:
+        """A node without initial peers hosts a new swarm: say the address others join with."""
+        from sapo_core.swarm.reachability import is_private
+
+        address = self.best_maddr()
+        log.info(
+            f"hosting a new swarm '{self.cfg.swarm_name}'; others join with "
+            f"--initial-peers {address or '(no address found)'}"
+        )
+        if address and is_private(address):
             log.warning(
-                f"no peer answered at {peers}: check the address and that the peer is running. "
-                f"Training alone meanwhile; retrying with backoff"
+                "swarm: that address is private: only computers on this network can "
+                "join through it (docs/swarm.md, Joining)"
             )
-        alone = dict(kwargs, initial_peers=None, check_if_identity_free=False)
-        return await node_cls.create(**alone)
 
     async def _refresh_maddrs(self) -> None:
         try:
@@ -349,7 +248,7 @@ class SwarmDHT:
         try:
             if PeerID.from_base58(peer_id) in self._node.protocol.routing_table.peer_id_to_uid:
                 return
-            if await self._dial(peer_id, maddrs):
+            if await dial(self._node, peer_id, maddrs, self.cfg):
                 self.lan_peers.add(peer_id)
                 log.info(f"joined swarm '{self.cfg.swarm_name}' via {peer_id}, found on the local network")
         except asyncio.CancelledError:
@@ -367,10 +266,6 @@ class SwarmDHT:
             "swarm/lan_peers": float(len(self.lan_peers)),
         }
 
-    @staticmethod
-    def num_peers_of(node: Any) -> int:
-        return len(node.protocol.routing_table.uid_to_peer_id)
-
     def best_maddr(self) -> str:
         """The address to hand out: the one a peer reached us at, else a public one, else not
         loopback if another exists; a client hands out its relayed address if it has one."""
@@ -383,52 +278,6 @@ class SwarmDHT:
         public = [m for m in self.visible_maddrs if not is_private(m)]
         others = [m for m in self.visible_maddrs if "/127.0.0.1/" not in m and "/::1/" not in m]
         return (public or others or self.visible_maddrs or [""])[0]
-
-    async def _dial(self, peer_id: str, transports: list[str]) -> bool:
-        """Connect to a peer at its transport addresses (no /p2p/ part, as p2pd's connect wants),
-        ping it, and learn our neighbourhood through it; False if it did not answer."""
-        from hivemind.p2p import PeerID
-        from hivemind.utils.multiaddr import Multiaddr
-
-        peer = PeerID.from_base58(peer_id)
-        await asyncio.wait_for(
-            self._node.p2p._client.connect(peer, [Multiaddr(m) for m in transports]), self.cfg.rpc_timeout
-        )
-        if await self._node.protocol.call_ping(peer) is None:
-            return False
-        await asyncio.wait_for(self._node.find_nearest_nodes([self._node.node_id]), self.cfg.join_timeout)
-        return True
-
-    async def _keep_joined(self) -> None:
-        """While we have no peer, dial and ping the initial peers with exponential backoff."""
-        delay = self.cfg.rejoin_min_seconds
-        alone = self.num_peers() == 0
-        while not self._closed:
-            if self.num_peers() > 0:
-                if alone:  # a peer reached us, or a dial that timed out half-way still got through
-                    log.info(f"joined swarm '{self.cfg.swarm_name}' via {self.num_peers()} peer(s)")
-                    alone = False
-                delay = self.cfg.rejoin_min_seconds
-                await asyncio.sleep(self.cfg.rejoin_min_seconds * 4)
-                continue
-            alone = True
-            await asyncio.sleep(delay)
-            for maddr in self.cfg.initial_peers:
-                transport, _, peer_id = maddr.rpartition("/p2p/")
-                try:
-                    await self._dial(peer_id, [transport])
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # unreachable peers are the normal case here
-                    continue
-                if self.num_peers() > 0:
-                    log.info(f"joined swarm '{self.cfg.swarm_name}' via {maddr}")
-                    alone = False
-                    break
-            else:
-                if delay < self.cfg.rejoin_max_seconds:  # say it while the pause grows, then stay quiet
-                    delay = min(delay * 2, self.cfg.rejoin_max_seconds)
-                    log.warning(f"still no peer answers; next try in {delay:.0f} s")
 
     def close(self) -> None:
         if self._closed:
@@ -474,7 +323,15 @@ class SwarmDHT:
     def num_peers(self) -> int:
         """DHT peers in our routing table (read from any thread: a dict's len is atomic)."""
         node = self._node
-        return 0 if node is None else self.num_peers_of(node)
+        return 0 if node is None else num_peers_of(node)
+
+    def routing_peer_ids(self) -> set[str]:
+        """Peer ids (base58) of the DHT nodes in our routing table; empty before the node
+        exists. Read from any thread: the table's values are copied first."""
+        node = self._node
+        if node is None:
+            return set()
+        return {p.to_base58() for p in list(node.protocol.routing_table.uid_to_peer_id.values())}
 
     async def _store(self, items: Sequence[tuple[str, bytes, float]]) -> dict[str, bool]:
         from sapo_core.swarm.validation import owner_tag

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 _PACKAGES = ("hivemind", "hivemind.utils", "hivemind.dht")
 # hivemind.utils' own __init__ exports these submodules' names (and MPFuture, TensorDescriptor: torch)
 _UTILS_SUBMODULES = ("asyncio", "logging", "nested", "performance_ema", "serializer", "timed_storage")
-# what sapo_core.swarm imports from hivemind (dht.py, netcheck.py, identity.py, validation.py)
+# what sapo_core.swarm imports from hivemind (dht.py, joining.py, p2pd.py, netcheck.py, identity.py,
+# validation.py)
 _NEEDED = (
     "hivemind.dht.node",
     "hivemind.dht.routing",

@@ -3,9 +3,12 @@
 Verification (verify.py) proves that a peer's completion reaches the right answer; it cannot see
 what else the text carries. A right answer behind an injected link or a garbage preamble scores
 1 and would be imitated. So, after gathering and before advantages, every peer completion is
-scored by our current policy: `likelihood_score` (verify.py) is its lowest mean log-likelihood
-per token over any `window` consecutive tokens, and a completion under `floor`
-(`swarm.likelihood_floor`) is dropped as `unlikely`. A group left with fewer than two
+scored by our current policy (or the base model, or both: `swarm.likelihood_judge`):
+`likelihood_score` (verify.py) is its lowest mean log-likelihood per token over any `window`
+consecutive tokens, and a completion under `floor` (`swarm.likelihood_floor`) is dropped as
+`unlikely`. The floor was calibrated on the base model; a policy that trains grows sharper and finds
+other policies' honest text less likely (docs/calibration.md, 'Likelihood floor'), which is what the
+base judge, fixed, does not do. A group left with fewer than two
 completions, or without reward spread, cannot train and goes whole. A peer most of whose
 completions were unlikely collects a light strike (a few honest completions fall under the
 floor too); docs/swarm.md has the attack and the floor's calibration.
@@ -16,6 +19,7 @@ forward pass (no gradient).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,13 +40,24 @@ class LikelihoodVerdict:
     peers: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
 
-def filter_unlikely(groups: Sequence[Group], score: ScoreCompletions, floor: float, window: int) -> LikelihoodVerdict:
+def filter_unlikely(
+    groups: Sequence[Group],
+    score: ScoreCompletions | Sequence[ScoreCompletions],
+    floor: float,
+    window: int,
+    keeps: Callable[[Group], bool] | None = None,
+) -> LikelihoodVerdict:
     """`groups` less the completions whose likelihood score is under `floor` (a floor of 0 or more
-    turns the filter off; a completion without tokens has no score and is kept)."""
+    turns the filter off; a completion without tokens has no score and is kept). Several judges:
+    a completion stays when any of them scores it at or above the floor. `keeps(group)`: whether
+    what is left of a group may still train (default: two or more completions with reward spread)."""
     if not groups or floor >= 0:
         return LikelihoodVerdict(list(groups))
+    judges = [score] if callable(score) else list(score)
+    keeps = keeps or (lambda g: len(g.completions) >= 2 and g.has_signal())
     pairs = [(g, c) for g in groups for c in g.completions]
-    scores = iter([likelihood_score(lps, window) for lps in score(pairs)])
+    by_judge = [[likelihood_score(lps, window) for lps in judge(pairs)] for judge in judges]
+    scores = iter([_best(xs) for xs in zip(*by_judge)])
     verdict = LikelihoodVerdict([])
     per_peer: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # peer -> [unlikely, completions]
     for g in groups:
@@ -53,12 +68,19 @@ def filter_unlikely(groups: Sequence[Group], score: ScoreCompletions, floor: flo
         verdict.unlikely += dropped
         if dropped:
             g = Group(g.question, likely, source=g.source, round=g.round, index=g.index)
-        if len(g.completions) >= 2 and g.has_signal():
+        if keeps(g):
             verdict.kept.append(g)
         else:
             verdict.groups_dropped += 1
     verdict.peers = {peer: (bad, 2 * bad > total) for peer, (bad, total) in per_peer.items() if bad}
     return verdict
+
+
+def _best(scores: Sequence[float]) -> float:
+    """The most favourable of several judges' scores; NaN (no tokens) when any judge has none."""
+    if any(math.isnan(s) for s in scores):
+        return math.nan
+    return max(scores)
 
 
 __all__ = ["filter_unlikely", "LikelihoodVerdict", "ScoreCompletions"]

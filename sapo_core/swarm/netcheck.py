@@ -110,7 +110,8 @@ def probe_args(cfg: SwarmConfig, timeout: float = 10.0, lan_seconds: float = 3.0
 
 
 def judge_network(payload: dict[str, Any] | None, failure: str | None, cfg: SwarmConfig, check: Any) -> list[Any]:
-    """The doctor's network checks from what the probe saw; `check` builds one (doctor.Check)."""
+    """The doctor's network checks from what the probe saw; `check` builds one (doctor.Check).
+    One check per entry of NETWORK_CHECKS, each judged by its own function below."""
     p = payload or {}
     if not p.get("started"):
         why = p.get("error") or failure or "no answer"
@@ -123,122 +124,118 @@ def judge_network(payload: dict[str, Any] | None, failure: str | None, cfg: Swar
                 "error names an address, fix swarm.host_maddrs (e.g. /ip4/0.0.0.0/tcp/31337)",
             )
         ]
-    out = [check("daemon", "ok", f"p2pd started in {float(p.get('start_s', 0)):.1f} s")]
-    maddrs = [m.split("/p2p/")[0] for m in p.get("maddrs", [])]
-    if maddrs:
-        out.append(check("addresses", "ok", "listening on " + ", ".join(maddrs[:6])))
-    else:
-        out.append(
-            check(
-                "addresses",
-                "warn",
-                "listening on no address: peers cannot dial this node (it joins as a DHT client)",
-                'to serve the swarm, listen: swarm.host_maddrs = ["/ip4/0.0.0.0/tcp/31337"]',
-            )
-        )
     peers = p.get("peers", [])
+    return [
+        check("daemon", "ok", f"p2pd started in {float(p.get('start_s', 0)):.1f} s"),
+        _addresses(p.get("maddrs", []), check),
+        _bootstrap(peers, cfg, check),
+        _reachability(p.get("reachability") or {}, check),
+        _clock(peers, check),
+        _lan(p.get("lan") or {}, cfg, check),
+    ]
+
+
+def _addresses(visible: list[str], check: Any) -> Any:
+    maddrs = [m.split("/p2p/")[0] for m in visible]
+    if maddrs:
+        return check("addresses", "ok", "listening on " + ", ".join(maddrs[:6]))
+    return check(
+        "addresses",
+        "warn",
+        "listening on no address: peers cannot dial this node (it joins as a DHT client)",
+        'to serve the swarm, listen: swarm.host_maddrs = ["/ip4/0.0.0.0/tcp/31337"]',
+    )
+
+
+def _bootstrap(peers: list[dict[str, Any]], cfg: SwarmConfig, check: Any) -> Any:
     if not cfg.initial_peers:
-        out.append(
-            check(
-                "bootstrap",
-                "warn",
-                "no bootstrap peers configured: this node starts its own swarm",
-                "to join one: sapo-node run --join <invitation>, or --swarm <name> (resources/swarms.toml)",
-            )
+        return check(
+            "bootstrap",
+            "warn",
+            "no bootstrap peers configured: this node starts its own swarm",
+            "to join one: sapo-node run --join <invitation>, or --swarm <name> (resources/swarms.toml)",
         )
-    else:
-        ok = [x for x in peers if x.get("ok")]
-        lines = [
-            f"{x['maddr'].split('/p2p/')[0]}: "
-            + (
-                f"answered in {1000 * float(x.get('rtt', 0)):.0f} ms"
-                if x.get("ok")
-                else f"no answer ({x.get('error', '?')})"
-            )
-            for x in peers
-        ]
-        status = "ok" if len(ok) == len(peers) else ("warn" if ok else "fail")
-        out.append(
-            check(
-                "bootstrap",
-                status,
-                f"{len(ok)} of {len(peers)} bootstrap peer(s) answered: " + "; ".join(lines),
-                ""
-                if ok
-                else "check the addresses (a peer's Swarm tab or invitation "
-                "shows its current one) and that the peer is running; a firewall may block outgoing "
-                "connections",
-            )
+    ok = [x for x in peers if x.get("ok")]
+    lines = [
+        f"{x['maddr'].split('/p2p/')[0]}: "
+        + (
+            f"answered in {1000 * float(x.get('rtt', 0)):.0f} ms"
+            if x.get("ok")
+            else f"no answer ({x.get('error', '?')})"
         )
-    r = p.get("reachability") or {}
+        for x in peers
+    ]
+    status = "ok" if len(ok) == len(peers) else ("warn" if ok else "fail")
+    return check(
+        "bootstrap",
+        status,
+        f"{len(ok)} of {len(peers)} bootstrap peer(s) answered: " + "; ".join(lines),
+        ""
+        if ok
+        else "check the addresses (a peer's Swarm tab or invitation "
+        "shows its current one) and that the peer is running; a firewall may block outgoing "
+        "connections",
+    )
+
+
+def _reachability(r: dict[str, Any], check: Any) -> Any:
     status = r.get("status", "unknown")
     if status == "reachable":
-        out.append(check("reachability", "ok", r.get("words", "reachable")))
-    elif status == "unreachable":
-        out.append(
-            check(
-                "reachability",
-                "warn",
-                f"peers cannot dial this node ({r.get('detail', '')}); it will "
-                "join as a DHT client and use relays, which works but serves nobody",
-                "to serve the swarm: forward a TCP port on your router to this computer, listen on it "
-                '(swarm.host_maddrs = ["/ip4/0.0.0.0/tcp/31337"]) and announce it '
-                '(swarm.announce_maddrs = ["/ip4/<public IP>/tcp/31337"])',
-            )
+        return check("reachability", "ok", r.get("words", "reachable"))
+    if status == "unreachable":
+        return check(
+            "reachability",
+            "warn",
+            f"peers cannot dial this node ({r.get('detail', '')}); it will "
+            "join as a DHT client and use relays, which works but serves nobody",
+            "to serve the swarm: forward a TCP port on your router to this computer, listen on it "
+            '(swarm.host_maddrs = ["/ip4/0.0.0.0/tcp/31337"]) and announce it '
+            '(swarm.announce_maddrs = ["/ip4/<public IP>/tcp/31337"])',
         )
-    else:
-        out.append(
-            check(
-                "reachability",
-                "warn",
-                f"unknown: {r.get('detail') or 'no peer answered to dial back'}",
-                "it is checked again once the node has joined peers; the app's Swarm tab shows the result",
-            )
-        )
+    return check(
+        "reachability",
+        "warn",
+        f"unknown: {r.get('detail') or 'no peer answered to dial back'}",
+        "it is checked again once the node has joined peers; the app's Swarm tab shows the result",
+    )
+
+
+def _clock(peers: list[dict[str, Any]], check: Any) -> Any:
     offsets = [float(x["offset"]) for x in peers if x.get("ok") and "offset" in x]
-    if offsets:
-        worst = max(offsets, key=abs)
-        status = "ok" if abs(worst) <= CLOCK_WARN_S else ("warn" if abs(worst) <= CLOCK_FAIL_S else "fail")
-        out.append(
-            check(
-                "clock",
-                status,
-                f"clock offset against peers: {worst:+.2f} s (largest of {len(offsets)})",
-                ""
-                if status == "ok"
-                else "turn on automatic time (NTP): Linux `timedatectl set-ntp true`, "
-                "Windows/macOS date and time settings; DHT windows and record expiry depend on clocks",
-            )
+    if not offsets:
+        return check(
+            "clock", "warn", "clock offset unknown: no peer answered", "checked against peers once some answer"
         )
-    else:
-        out.append(
-            check("clock", "warn", "clock offset unknown: no peer answered", "checked against peers once some answer")
-        )
-    lan = p.get("lan") or {}
+    worst = max(offsets, key=abs)
+    status = "ok" if abs(worst) <= CLOCK_WARN_S else ("warn" if abs(worst) <= CLOCK_FAIL_S else "fail")
+    return check(
+        "clock",
+        status,
+        f"clock offset against peers: {worst:+.2f} s (largest of {len(offsets)})",
+        ""
+        if status == "ok"
+        else "turn on automatic time (NTP): Linux `timedatectl set-ntp true`, "
+        "Windows/macOS date and time settings; DHT windows and record expiry depend on clocks",
+    )
+
+
+def _lan(lan: dict[str, Any], cfg: SwarmConfig, check: Any) -> Any:
     if not lan.get("enabled"):
-        out.append(
-            check("lan", "ok", "LAN discovery is off (swarm.lan_discovery = false, or listening on loopback only)")
+        return check("lan", "ok", "LAN discovery is off (swarm.lan_discovery = false, or listening on loopback only)")
+    if not lan.get("ok"):
+        return check(
+            "lan",
+            "warn",
+            f"LAN discovery cannot run: {lan.get('error', '?')}",
+            "allow multicast (UDP 5353) on this network or firewall, or turn it off: swarm.lan_discovery = false",
         )
-    elif not lan.get("ok"):
-        out.append(
-            check(
-                "lan",
-                "warn",
-                f"LAN discovery cannot run: {lan.get('error', '?')}",
-                "allow multicast (UDP 5353) on this network or firewall, or turn it off: swarm.lan_discovery = false",
-            )
-        )
-    else:
-        found = lan.get("found", [])
-        out.append(
-            check(
-                "lan",
-                "ok",
-                f"LAN discovery works; {len(found)} node(s) of '{cfg.swarm_name}' on this "
-                "network" + (f": {', '.join(f[:16] + '…' for f in found[:4])}" if found else ""),
-            )
-        )
-    return out
+    found = lan.get("found", [])
+    return check(
+        "lan",
+        "ok",
+        f"LAN discovery works; {len(found)} node(s) of '{cfg.swarm_name}' on this "
+        "network" + (f": {', '.join(f[:16] + '…' for f in found[:4])}" if found else ""),
+    )
 
 
 __all__ = ["NETWORK_PROBE", "NETWORK_CHECKS", "probe_args", "judge_network"]

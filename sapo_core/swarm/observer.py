@@ -96,6 +96,7 @@ class SwarmObserver:
         self._rounds_seen: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._events: deque[tuple[float, int]] = deque(maxlen=200_000)  # (time, groups) of new rounds
         self.verified = 0
+        self.rounds_seen = self.groups_seen = 0  # since the page started: /metrics' counters
         self.refused: Counter = Counter()
         self.undecodable: Counter = Counter()  # index entries and records that failed to decode
         self._shard_pos = 0
@@ -175,6 +176,8 @@ class SwarmObserver:
             self._rounds_seen[seen] = None
             _trim(self._rounds_seen, 4 * self.max_nodes)
             node.rounds += 1
+            self.rounds_seen += 1
+            self.groups_seen += entry.groups
             self._events.append((now, entry.groups))
             self._hour["rounds"] += 1
             self._hour["groups"] += entry.groups
@@ -306,6 +309,7 @@ class SwarmObserver:
         while self._events and self._events[0][0] < now - 3600:
             self._events.popleft()
         recent_after = now - 2 * self.keyspace.window_seconds
+        last_window = [g for t, g in self._events if t >= now - self.keyspace.window_seconds]
         recent = [n for n in self.nodes.values() if n.last_seen >= recent_after]
         newest = list(reversed(self.nodes.values()))
         board = sorted((n for n in self.nodes.values() if n.trained_on), key=lambda n: -n.trained_on)
@@ -318,6 +322,10 @@ class SwarmObserver:
             "nodes_known": len(self.nodes),
             "rounds_last_hour": len(self._events),  # counted, not extrapolated: a new seed says less
             "groups_last_hour": sum(g for _, g in self._events),
+            "rounds_last_window": len(last_window),
+            "groups_last_window": sum(last_window),
+            "rounds_seen": self.rounds_seen,
+            "groups_seen": self.groups_seen,
             "groups_verified": self.verified,
             "groups_refused": dict(sorted(self.refused.items(), key=lambda kv: -kv[1])),
             "junk_reasons": sorted(r for r in self.refused if r in JUNK_REASONS),

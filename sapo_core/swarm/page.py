@@ -2,7 +2,9 @@
 
 - `/`: a page a person reads (server-rendered HTML with inline CSS and SVG plots: no script,
   no request beyond itself; light and dark follow the reader's system; phone width reflows),
-- `/api/status`: the same figures as JSON for tools (observer.py has what they mean).
+- `/api/status`: the same figures as JSON for tools (observer.py has what they mean),
+- `/metrics`: the figures for Prometheus, with the host's DHT, memory, CPU and (on a node) its
+  round time and held-out figure (metrics.py).
 
 `SwarmPage` runs a `SwarmObserver` on a thread (one poll every `poll_seconds`) and an HTTP
 server that only serves what the last poll built: a request costs a dictionary lookup and a
@@ -33,9 +35,11 @@ REQUEST_TIMEOUT = 10.0
 class SwarmPage:
     """An observer polled on its own thread, and the HTTP server showing what it saw."""
 
-    def __init__(self, observer: SwarmObserver, host: str, port: int, poll_seconds: float) -> None:
+    def __init__(self, observer: SwarmObserver, host: str, port: int, poll_seconds: float, metrics: Any = None) -> None:
+        """`metrics`: what /metrics serves (metrics.PageMetrics; None: the page has no /metrics)."""
         self.observer = observer
         self.poll_seconds = poll_seconds
+        self.metrics = metrics
         self._stop = threading.Event()
         self._cache: tuple[int, bytes, bytes] | None = None  # (poll, page, json)
         self._cache_lock = threading.Lock()
@@ -114,11 +118,16 @@ def _handler_for(page: SwarmPage) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, with_body: bool) -> None:
             path = self.path.split("?", 1)[0]
-            if path not in ("/", "/api/status"):
-                self.send_error(404, "only / and /api/status are here")
+            if path == "/metrics" and page.metrics is not None:
+                from sapo_core.swarm.metrics import CONTENT_TYPE
+
+                out, kind = page.metrics.text(), CONTENT_TYPE
+            elif path in ("/", "/api/status"):
+                body, data = page.rendered()
+                out, kind = (body, "text/html; charset=utf-8") if path == "/" else (data, "application/json")
+            else:
+                self.send_error(404, "only /, /api/status and /metrics are here")
                 return
-            body, data = page.rendered()
-            out, kind = (body, "text/html; charset=utf-8") if path == "/" else (data, "application/json")
             self.send_response(200)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(out)))
@@ -206,19 +215,30 @@ def render_page(s: dict[str, Any]) -> str:
     """The page of one status (observer.SwarmObserver.status())."""
     if not s:
         return "<!doctype html><title>SAPO Swarm</title><p>Starting.</p>"
-    junk = set(s.get("junk_reasons", []))
-    refused_total = sum(s["groups_refused"].values())
+    out = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{_e(s.get('swarm', 'swarm'))} · SAPO Swarm</title><style>{_CSS}</style></head><body><main>",
+        *_head(s),
+        *_nodes(s),
+        *_board(s),
+        *_refused(s),
+        *_models_and_history(s),
+        "</main></body></html>",
+    ]
+    return "".join(out)
+
+
+def _head(s: dict[str, Any]) -> list[str]:
+    """The title, who sees the swarm, how to join, and the headline figures."""
     cards = [
         ("nodes-recent", s["nodes_recent"], "nodes in the last two windows"),
         ("rounds-last-hour", s["rounds_last_hour"], "rounds in the last hour"),
         ("groups-last-hour", s["groups_last_hour"], "groups shared in the last hour"),
         ("groups-verified", s["groups_verified"], "groups verified (trainable)"),
-        ("groups-refused", refused_total, "groups refused"),
+        ("groups-refused", sum(s["groups_refused"].values()), "groups refused"),
     ]
     out = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>{_e(s.get('swarm', 'swarm'))} · SAPO Swarm</title><style>{_CSS}</style></head><body><main>",
         f"<h1>Swarm <span id='swarm-name'>{_e(s.get('swarm', ''))}</span></h1>",
         f"<p class='muted'>Seen by {_e(s.get('name', ''))} (SAPO Swarm {_e(s.get('version', ''))}), "
         f"a {s['window_seconds']:g} s window, updated {_e(_iso(s['generated']))} UTC, watching since "
@@ -231,12 +251,15 @@ def render_page(s: dict[str, Any]) -> str:
     for ident, value, label in cards:
         out.append(f"<div class='card'><b id='{ident}'>{_e(value)}</b><small>{_e(label)}</small></div>")
     out.append("</div>")
+    return out
 
-    out.append("<h2>Nodes</h2><div class='scroll'><table id='nodes'><thead><tr>")
-    out.append(
+
+def _nodes(s: dict[str, Any]) -> list[str]:
+    out = [
+        "<h2>Nodes</h2><div class='scroll'><table id='nodes'><thead><tr>",
         "<th>node</th><th>model</th><th>version</th><th class='n'>round</th><th class='n'>held-out*</th>"
-        "<th class='n'>verified</th><th class='n'>refused</th><th>last seen</th></tr></thead><tbody>"
-    )
+        "<th class='n'>verified</th><th class='n'>refused</th><th>last seen</th></tr></thead><tbody>",
+    ]
     for n in s["nodes"]:
         ho = n["held_out"]
         held = "" if ho is None else f"{ho['solve_rate']:.3f} <small>after round {ho['after_round']}</small>"
@@ -256,55 +279,60 @@ def render_page(s: dict[str, Any]) -> str:
         "<p class='muted'><small>* self-reported: each node's own last held-out solve rate, as it signs it "
         "into its index entries; the page cannot check it.</small></p>"
     )
+    return out
 
-    out.append("<h2>Contribution board</h2>")
-    if s["board"]:
-        out.append(
-            "<p class='muted'>Whose groups other nodes trained on, from the signed receipts in their records.</p>"
-            "<div class='scroll'><table id='board'><thead><tr><th>node</th><th class='n'>groups trained on</th>"
-            "<th class='n'>by nodes</th></tr></thead><tbody>"
-        )
-        for b in s["board"]:
-            out.append(
-                f"<tr data-peer='{_e(b['peer_id'])}'><td>{_e(b['name'])}</td>"
-                f"<td class='n' data-figure='trained_on'>{b['trained_on']}</td>"
-                f"<td class='n' data-figure='by_nodes'>{b['by_nodes']}</td></tr>"
-            )
-        out.append("</tbody></table></div>")
-    else:
+
+def _board(s: dict[str, Any]) -> list[str]:
+    out = ["<h2>Contribution board</h2>"]
+    if not s["board"]:
         out.append("<p class='muted' id='board'>No receipts yet: no node has said it trained on another's groups.</p>")
-
-    out.append("<h2>Groups refused, by reason</h2>")
-    if s["groups_refused"]:
-        out.append("<table id='refused'><tbody>")
-        for reason, n in s["groups_refused"].items():
-            cls = " class='junk'" if reason in junk else ""
-            out.append(f"<tr data-reason='{_e(reason)}'><td{cls}>{_e(reason)}</td><td class='n'>{n}</td></tr>")
-        out.append("</tbody></table>")
-        out.append("<p class='muted'><small>Red: only a broken or hostile node sends these.</small></p>")
-    else:
-        out.append("<p class='muted' id='refused'>None.</p>")
-
-    out.append("<h2>Models and versions</h2><p id='models'>")
-    out.append(", ".join(f"{_e(m)} × {n}" for m, n in s["models"].items()) or "none seen yet")
-    out.append("</p><p id='versions' class='muted'>")
-    out.append(", ".join(f"SAPO Swarm {_e(v)} × {n}" for v, n in s["versions"].items()))
-    out.append("</p>")
-
-    hist = s["history"]
-    out.append("<h2>History</h2><div class='plots'>")
-    out.append(_plot([(h["hour"], h["nodes"]) for h in hist], "nodes per hour"))
-    out.append(_plot([(h["hour"], h["rounds"]) for h in hist], "rounds per hour"))
+        return out
     out.append(
-        _plot(
-            [(h["hour"], h["held_out_median"]) for h in hist if h["held_out_median"] is not None],
-            "median held-out* (self-reported)",
-            "{:.3f}",
-        )
+        "<p class='muted'>Whose groups other nodes trained on, from the signed receipts in their records.</p>"
+        "<div class='scroll'><table id='board'><thead><tr><th>node</th><th class='n'>groups trained on</th>"
+        "<th class='n'>by nodes</th></tr></thead><tbody>"
     )
-    out.append("</div><p class='muted'><small>Figures as JSON: <a href='/api/status'>/api/status</a>.</small></p>")
-    out.append("</main></body></html>")
-    return "".join(out)
+    for b in s["board"]:
+        out.append(
+            f"<tr data-peer='{_e(b['peer_id'])}'><td>{_e(b['name'])}</td>"
+            f"<td class='n' data-figure='trained_on'>{b['trained_on']}</td>"
+            f"<td class='n' data-figure='by_nodes'>{b['by_nodes']}</td></tr>"
+        )
+    out.append("</tbody></table></div>")
+    return out
+
+
+def _refused(s: dict[str, Any]) -> list[str]:
+    out = ["<h2>Groups refused, by reason</h2>"]
+    if not s["groups_refused"]:
+        out.append("<p class='muted' id='refused'>None.</p>")
+        return out
+    junk = set(s.get("junk_reasons", []))
+    out.append("<table id='refused'><tbody>")
+    for reason, n in s["groups_refused"].items():
+        cls = " class='junk'" if reason in junk else ""
+        out.append(f"<tr data-reason='{_e(reason)}'><td{cls}>{_e(reason)}</td><td class='n'>{n}</td></tr>")
+    out.append("</tbody></table>")
+    out.append("<p class='muted'><small>Red: only a broken or hostile node sends these.</small></p>")
+    return out
+
+
+def _models_and_history(s: dict[str, Any]) -> list[str]:
+    hist = s["history"]
+    held_out = [(h["hour"], h["held_out_median"]) for h in hist if h["held_out_median"] is not None]
+    return [
+        "<h2>Models and versions</h2><p id='models'>",
+        ", ".join(f"{_e(m)} × {n}" for m, n in s["models"].items()) or "none seen yet",
+        "</p><p id='versions' class='muted'>",
+        ", ".join(f"SAPO Swarm {_e(v)} × {n}" for v, n in s["versions"].items()),
+        "</p>",
+        "<h2>History</h2><div class='plots'>",
+        _plot([(h["hour"], h["nodes"]) for h in hist], "nodes per hour"),
+        _plot([(h["hour"], h["rounds"]) for h in hist], "rounds per hour"),
+        _plot(held_out, "median held-out* (self-reported)", "{:.3f}"),
+        "</div><p class='muted'><small>Figures as JSON: <a href='/api/status'>/api/status</a>; "
+        "for Prometheus: <a href='/metrics'>/metrics</a>.</small></p>",
+    ]
 
 
 def _iso(t: float) -> str:
@@ -312,13 +340,23 @@ def _iso(t: float) -> str:
 
 
 def start_page(
-    dht: Any, keyspace: Any, tasks: Any, identity: Any, join: list[str], host: str, port: int, data_dir: Any = None
+    dht: Any,
+    keyspace: Any,
+    tasks: Any,
+    identity: Any,
+    join: list[str],
+    host: str,
+    port: int,
+    data_dir: Any = None,
+    own: Any = None,
 ) -> SwarmPage:
     """A started page for a started DHT: polls every quarter window (5..60 s). `identity` is the
-    host's (its name and peer id head the page), `join` the addresses others join with."""
+    host's (its name and peer id head the page), `join` the addresses others join with; `own`:
+    a node's own figures for /metrics (metrics.OwnFigures; None on a seed)."""
     from pathlib import Path
 
     from sapo_core import __version__
+    from sapo_core.swarm.metrics import PageMetrics
     from sapo_core.swarm.observer import HISTORY_FILE
 
     about = {
@@ -331,7 +369,7 @@ def start_page(
     history = Path(data_dir) / HISTORY_FILE if data_dir is not None else None
     observer = SwarmObserver(dht, keyspace, tasks, about, history_path=history)
     poll = min(60.0, max(5.0, keyspace.window_seconds / 4))
-    return SwarmPage(observer, host, port, poll).start()
+    return SwarmPage(observer, host, port, poll, PageMetrics(observer, dht, own)).start()
 
 
 __all__ = ["SwarmPage", "render_page", "start_page", "MAX_CONNECTIONS"]

@@ -8,9 +8,8 @@ re-tokenises with its own tokenizer (verify.py).
 
 Decoding is strict and bounded: a size limit before anything is parsed, msgpack's own
 length limits while parsing, then a schema check; every failure is a `RecordError` with a
-short `reason` that the caller counts (never another exception type). `fit_record` cuts a
-round's groups to the size limit before publishing -- groups with a learning signal first,
-whole groups dropped, never text truncated (a cut completion would score differently).
+short `reason` that the caller counts (never another exception type). Publishing cuts a
+round's groups to the size limit first (publish.py, `fit_record`).
 
 Wire format, version 2 (msgpack maps with short keys):
   record: {v, p, k:"rec", s: swarm, w: window, id: peer id, r: round,
@@ -229,89 +228,6 @@ def wire_group_of(group: Group) -> WireGroup:
     )
 
 
-def _keep(wire: WireGroup, n: int) -> WireGroup:
-    """The group's first n completions (with their log-probs)."""
-    lps = wire.logprobs[:n] if wire.logprobs is not None else None
-    return WireGroup(wire.question_id, wire.text, wire.answer, wire.completions[:n], wire.finished[:n], lps)
-
-
-@dataclass(frozen=True)
-class FittedRecord:
-    record: Record
-    payload: bytes
-    signal_groups: int
-    dropped_groups: int
-    dropped_completions: int
-
-
-def fit_record(
-    swarm: str,
-    window: int,
-    peer_id: str,
-    round: int,
-    groups: Sequence[Group],
-    max_bytes: int = MAX_RECORD_BYTES,
-    receipts: Sequence[Receipt] = (),
-) -> FittedRecord:
-    """The largest record of these groups that encodes within `max_bytes`.
-
-    Groups with a learning signal go first (peers drop the others anyway); whole groups are
-    added while they fit; a group too large on its own keeps the completions that fit if at
-    least two do (GRPO needs two). Completions or questions over the schema's limits are left
-    out, so what we publish always decodes on the other side. Receipts beyond MAX_RECEIPTS or
-    not well formed are left out too.
-    """
-    max_bytes = min(max_bytes, MAX_RECORD_BYTES)
-    receipts = tuple(r for r in receipts if _receipt_ok(r))[:MAX_RECEIPTS]
-    ordered = sorted(groups, key=lambda g: not g.has_signal())[:MAX_GROUPS]
-    dropped_groups, dropped_completions = len(groups) - len(ordered), 0
-    kept: list[WireGroup] = []
-    signal = 0
-
-    def size(gs: list[WireGroup]) -> int:
-        return len(encode_record(Record(swarm, window, peer_id, round, tuple(gs), receipts)))
-
-    for group in ordered:
-        wire = wire_group_of(group)
-        lps = wire.logprobs if wire.logprobs is not None else (None,) * len(wire.completions)
-        ok = [
-            (c, f, lp)
-            for c, f, lp in zip(wire.completions[:MAX_COMPLETIONS], wire.finished, lps)
-            if len(c) <= MAX_TEXT_CHARS
-        ]
-        ok_texts, ok_finished = tuple(c for c, _, _ in ok), tuple(f for _, f, _ in ok)
-        ok_lps = tuple(lp for _, _, lp in ok) if wire.logprobs is not None else None
-        if (
-            len(ok_texts) < 2
-            or len(wire.text) > MAX_TEXT_CHARS
-            or len(wire.answer) > MAX_ANSWER_CHARS
-            or not _name_ok(wire.question_id.dataset)
-            or not _name_ok(wire.question_id.config_digest)
-        ):
-            dropped_groups += 1
-            dropped_completions += len(wire.completions)
-            continue
-        dropped_completions += len(wire.completions) - len(ok_texts)
-        wire = WireGroup(wire.question_id, wire.text, wire.answer, ok_texts, ok_finished, ok_lps)
-        if size(kept + [wire]) <= max_bytes:
-            kept.append(wire)
-            signal += group.has_signal()
-            continue
-        n = len(ok_texts)
-        while n > 2 and size(kept + [_keep(wire, n)]) > max_bytes:
-            n -= 1
-        cut = _keep(wire, n)
-        if n >= 2 and size(kept + [cut]) <= max_bytes:
-            kept.append(cut)
-            dropped_completions += len(ok_texts) - n
-            # A cut group's signal is unknown (its rewards were for all completions); not counted.
-        else:
-            dropped_groups += 1
-            dropped_completions += len(ok_texts)
-    record = Record(swarm, window, peer_id, round, tuple(kept), receipts)
-    return FittedRecord(record, encode_record(record), signal, dropped_groups, dropped_completions)
-
-
 # --- decoding ---------------------------------------------------------------------------------
 
 
@@ -355,23 +271,25 @@ def _int(obj: dict, key: str, low: int = -_INT64, high: int = _INT64 - 1) -> int
     return v
 
 
-def _name_ok(v: Any) -> bool:
+def name_ok(v: Any) -> bool:
+    """A dataset, config digest, swarm name or peer id as the schema takes it: a short string."""
     return isinstance(v, str) and 0 < len(v) <= MAX_NAME_CHARS
 
 
 def _name(obj: dict, key: str) -> str:
     v = obj.get(key)
-    if not _name_ok(v):
+    if not name_ok(v):
         raise RecordError("malformed", f"field {key} is not a short string")
     return v
 
 
-def _receipt_ok(r: Any) -> bool:
+def receipt_ok(r: Any) -> bool:
+    """A well-formed receipt: (peer id, round >= 0, group index < MAX_GROUPS)."""
     if not isinstance(r, (list, tuple)) or len(r) != 3:
         return False
     peer, round, index = r
     return (
-        _name_ok(peer)
+        name_ok(peer)
         and isinstance(round, int)
         and not isinstance(round, bool)
         and 0 <= round < _INT64
@@ -382,7 +300,7 @@ def _receipt_ok(r: Any) -> bool:
 
 
 def _receipts(raw: Any) -> tuple[Receipt, ...]:
-    if not isinstance(raw, list) or len(raw) > MAX_RECEIPTS or not all(_receipt_ok(r) for r in raw):
+    if not isinstance(raw, list) or len(raw) > MAX_RECEIPTS or not all(receipt_ok(r) for r in raw):
         raise RecordError("malformed", "receipts missing, too many or not (peer, round, group index)")
     return tuple((p, r, i) for p, r, i in raw)
 
@@ -407,7 +325,7 @@ def _group(raw: Any) -> WireGroup:
     if not isinstance(raw, list) or len(raw) != 8:
         raise RecordError("malformed", "a group is not an 8-item list")
     dataset, digest, seed, index, text, answer, completions, finished = raw
-    if not (_name_ok(dataset) and _name_ok(digest)):
+    if not (name_ok(dataset) and name_ok(digest)):
         raise RecordError("malformed", "bad dataset or config digest")
     for v in (seed, index):
         if not isinstance(v, int) or isinstance(v, bool) or not -_INT64 <= v < _INT64:

@@ -16,7 +16,9 @@ For every group of a decoded peer record (records.py has already checked its sha
    of one answer are one completion, not a group;
 5. the rest is re-scored with *our* reward functions; the sender's rewards are never sent;
 6. groups with fewer than two distinct completions (`duplicates`) or whose rewards are all
-   equal (`zero_advantage`, the SAPO paper's filter, §4) are dropped;
+   equal (`zero_advantage`, the SAPO paper's filter, §4) are dropped; with
+   `VerifyLimits.keep_flat_right` (swarm.take = mixed) an all-equal group whose completions are
+   right stays: the node adopts its question and may learn from the right answer (adopt.py);
 7. the sender's sampling log-probs, where it sent them (records.py), must be plausible: each a
    finite log-prob not below -LOGPROB_BOUND, no more of them than the completion's text has
    bytes (+1) (`bad_logprobs`, junk: an honest sampler cannot produce them). They ride on a
@@ -47,12 +49,11 @@ sending it with a scorer that accepts it (docs/swarm.md, 'What is checked, and w
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 from sapo_core.swarm.records import LOGPROB_BOUND, MAX_TEXT_CHARS, Record
@@ -90,6 +91,36 @@ class QuestionSource(Protocol):
     def regenerate(self, qid: QuestionId) -> Question: ...
 
     def score(self, question: Question, completions: Sequence[str]) -> list[float]: ...
+
+
+class CachedQuestions:
+    """A `QuestionSource` with regenerated questions remembered: a record repeating one
+    question (64 copies of a slow bf item) costs one regeneration. Failures are remembered too."""
+
+    def __init__(self, tasks: QuestionSource, size: int = 512) -> None:
+        self._tasks = tasks
+        self._size = size
+        self._cache: OrderedDict[Any, Any] = OrderedDict()  # qid -> Question or the exception
+
+    def regenerate(self, qid: Any) -> Any:
+        hit = self._cache.get(qid)
+        if hit is None:
+            try:
+                hit = self._tasks.regenerate(qid)
+            except Exception as e:
+                hit = e
+            self._cache[qid] = hit
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        if isinstance(hit, Exception):
+            raise hit.with_traceback(None)
+        return hit
+
+    def score(self, question: Any, completions: Sequence[str]) -> list[float]:
+        return self._tasks.score(question, completions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tasks, name)
 
 
 @dataclass(frozen=True)
@@ -137,6 +168,7 @@ class VerifyLimits:
     cutter: CompletionCutter | None = None  # None: completions are scored whole (tests, tools)
     cpu_seconds: float = math.inf  # per record, of this thread's CPU time
     deadline: float = math.inf  # time.perf_counter() after which nothing more is verified
+    keep_flat_right: bool = False  # accept all-equal groups of right completions (swarm.take = mixed)
 
 
 @dataclass
@@ -242,7 +274,7 @@ def _verify_group(
     for c, r in zip(completions, rewards):
         c.reward = r
     group = Group(question=question, completions=completions, source=peer_id, round=record.round, index=index)
-    if not group.has_signal():
+    if not group.has_signal() and not (limits.keep_flat_right and rewards[0] >= 1.0):
         return "zero_advantage", None
     return None, group
 
@@ -270,28 +302,6 @@ def likelihood_score(logprobs: Sequence[float], window: int) -> float:
         total += logprobs[i] - logprobs[i - window]
         worst = min(worst, total)
     return worst / window
-
-
-def sample_groups(pool: Sequence[Group], want: int, rng: random.Random, per_peer: int | None = None) -> list[Group]:
-    """J groups uniformly without replacement from the verified pool (all of it if smaller),
-    no peer supplying more than `per_peer` of them (default ceil(J/2)) while groups of other
-    peers are left; only then does the rest of one peer's groups fill the remaining slots."""
-    want = min(max(want, 0), len(pool))
-    cap = per_peer if per_peer is not None else max(1, math.ceil(want / 2))
-    order = rng.sample(list(pool), len(pool))
-    taken: Counter = Counter()
-    out: list[Group] = []
-    rest: list[Group] = []
-    for g in order:
-        if len(out) == want:
-            break
-        if taken[g.source] < cap:
-            taken[g.source] += 1
-            out.append(g)
-        else:
-            rest.append(g)
-    out.extend(rest[: want - len(out)])
-    return out
 
 
 class PeerReputation:
@@ -342,6 +352,10 @@ class PeerReputation:
 
     def trusted(self) -> list[str]:
         return list(self._trusted)
+
+    def struck(self) -> list[str]:
+        """Peers with strikes not yet forgiven (ignored ones may have none left)."""
+        return list(self._strikes)
 
     def is_suspect(self, peer_id: str) -> bool:
         """Struck and not yet forgiven: it does not count as a peer worth having found."""

@@ -1,0 +1,94 @@
+"""Sharing that teaches what the node cannot find alone: peers' questions, with their right answers.
+
+With `swarm.take = mixed` the J groups a node takes from peers are not trained as the peers wrote
+them. For each peer group that holds a verified right completion (our own re-scoring said so), the
+node adopts the question: it samples G completions of its own and scores them, then
+
+- our group has reward spread: it trains as any of our own groups (on-policy; the peer chose a
+  question at a level where we can learn, and the peer's completions are not needed);
+- our group is all wrong: the peer's right completion joins it as a guide (LUFFY's mixed group,
+  arXiv 2504.14945; hints only where the learner fails everything, arXiv 2506.13923): the group now
+  has spread, our completions learn from the contrast and the guide's tokens carry the
+  policy-shaped objective (trainer.py);
+- our group is all right: nothing to learn; the question is left.
+
+The paper's rule (take peer groups with spread, trained as if ours) drops exactly what a newcomer
+lacks: a veteran's all-right answers to a question the newcomer gets wrong (docs/experiment.md,
+'Sharing that teaches'). Here a peer's text enters training only where we failed, one completion
+per group, after verification and the likelihood floor: a lying peer can at most make us sample a
+question (its answer is regenerated from the id and re-scored by us), and an injected text still has
+to pass the floor.
+
+Pure apart from the sampling function it is given, which the node backs with its sampler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sapo_core.batch import Mixed
+from sapo_core.rollouts import Group, Question
+
+# questions -> (our scored groups, their encoded prompts), one group per question, in order
+SampleOwn = Callable[[list[Question]], tuple[list[Group], list[list[int]]]]
+
+
+def right_completions(group: Group) -> list:
+    """The completions of a (verified, re-scored) group that earned full credit."""
+    return [c for c in group.completions if c.reward >= 1.0]
+
+
+@dataclass
+class Adopted:
+    """What a round takes from peers under swarm.take = mixed."""
+
+    own: list[Group] = field(default_factory=list)  # our groups on peers' questions, with spread
+    prompts: list[list[int]] = field(default_factory=list)  # their prompts
+    mixed: list[Mixed] = field(default_factory=list)  # our all-wrong groups, each with a peer's guide
+    solved: int = 0  # questions our own completions all got right: left
+
+    def figures(self, offered: int) -> dict[str, float]:
+        return {
+            "swarm/adopt_offered": float(offered),
+            "swarm/adopt_on_policy": float(len(self.own)),
+            "swarm/adopt_guided": float(len(self.mixed)),
+            "swarm/adopt_solved": float(self.solved),
+        }
+
+
+def adoptable(groups: Sequence[Group], want: int) -> list[Group]:
+    """Up to `want` peer groups holding a right completion, one per question, in the order given
+    (the gather's own random order): the questions a round adopts."""
+    seen, out = set(), []
+    for g in groups:
+        key = g.question.id.key()
+        if key in seen or not right_completions(g):
+            continue
+        seen.add(key)
+        out.append(g)
+        if len(out) == want:
+            break
+    return out
+
+
+def adopt(groups: Sequence[Group], want: int, sample_own: SampleOwn) -> Adopted:
+    """Adopt up to `want` of the peers' groups' questions (module docstring)."""
+    chosen = adoptable(groups, want)
+    out = Adopted()
+    if not chosen:
+        return out
+    own_groups, prompts = sample_own([g.question for g in chosen])
+    for peer, own, prompt in zip(chosen, own_groups, prompts):
+        if own.has_signal():
+            out.own.append(own)
+            out.prompts.append(prompt)
+        elif right_completions(own):
+            out.solved += 1
+        else:
+            guide = right_completions(peer)[0]
+            out.mixed.append(Mixed(own, prompt, [guide], (peer.source, peer.round, peer.index)))
+    return out
+
+
+__all__ = ["Adopted", "SampleOwn", "adopt", "adoptable", "right_completions"]
