@@ -101,6 +101,7 @@ COMPLETIONS_FINISHED_FRAC = "completions/finished_frac"
 SAMPLER_TOK_PER_S = "sampler/tok_per_s"
 SAMPLER_BACKEND_LLAMACPP = "sampler/backend_llamacpp"
 SAMPLER_LOGPROB_DRIFT = "sampler/logprob_drift"  # the trainer's: sampler against policy log-probs
+SAMPLER_SWITCHED_TO_F16 = "sampler/switched_to_f16"  # the drift switched the sampler to the F16 export
 TIME_ROUND = "time/round"  # the round without its evaluation: what auto-scaling sizes
 CPU_SECONDS = "cpu/seconds"  # CPU given since the previous round (the run store adds it)
 
@@ -122,6 +123,7 @@ TRAIN_PEER_WEIGHT_MEAN = "train/peer_weight_mean"
 TRAIN_PEER_DROPPED = "train/peer_dropped"
 TRAIN_PEER_TRUNCATED_FRAC = "train/peer_truncated_frac"
 TRAIN_PEER_KL_MEAN = "train/peer_kl_mean"
+TRAIN_GUIDE_TOKENS = "train/guide_tokens"  # tokens of peers' right answers trained as guides (swarm.take = mixed)
 
 # the held-out evaluation (evaluation.py): the start level's set against the base model, and
 # "capability", every level's cells alike
@@ -172,6 +174,11 @@ SWARM_PUBLISH_RAISED = "swarm/publish_raised"  # (swarm/publish_failed is the DH
 SWARM_GATHER_FAILED = "swarm/gather_failed"
 SWARM_STATS_FAILED = "swarm/stats_failed"
 SWARM_REJECT_FAILED = "swarm/reject_failed"
+# swarm.take = mixed (adopt.py): peers' questions adopted, answered by us or guided by the peer's answer
+SWARM_ADOPT_OFFERED = "swarm/adopt_offered"
+SWARM_ADOPT_ON_POLICY = "swarm/adopt_on_policy"
+SWARM_ADOPT_GUIDED = "swarm/adopt_guided"
+SWARM_ADOPT_SOLVED = "swarm/adopt_solved"
 
 # namespaces whose keys carry a name (built by the functions below)
 REWARD_PREFIX = "reward/"
