@@ -22,21 +22,22 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLay
 
 from app.models import RoundHistory
 from sapo_core.contributions import HeldOutSummary
+from sapo_core.control import vocabulary as K
 
 
 def held_out(history: RoundHistory) -> HeldOutSummary | None:
     """The newest evaluation in the history, as the run store's `held_out_summary` reads it."""
-    if "eval/solve_rate" not in history.series:
+    if K.EVAL_SOLVE_RATE not in history.series:
         return None
-    now = history.last("eval/solve_rate")
-    _, rates = history.get("eval/solve_rate")
-    base = history.last("eval/solve_rate_base", float(rates[0]))
-    gain = history.last("eval/gain", now - base)
-    low, high = history.last("eval/gain_ci_low"), history.last("eval/gain_ci_high")
+    rounds, rates = history.get(K.EVAL_SOLVE_RATE)
+    now = float(rates[-1])
+    base = history.last(K.EVAL_SOLVE_RATE_BASE, float(rates[0]))
+    gain = history.last(K.EVAL_GAIN, now - base)
+    low, high = history.last(K.EVAL_GAIN_CI_LOW), history.last(K.EVAL_GAIN_CI_HIGH)
     return HeldOutSummary(
         base=base,
         now=now,
-        round=int(history.get("eval/solve_rate")[0][-1]),
+        round=int(rounds[-1]),
         gain=gain,
         ci_low=None if math.isnan(low) else low,
         ci_high=None if math.isnan(high) else high,
@@ -60,12 +61,38 @@ def held_out_text(history: RoundHistory) -> tuple[str, str]:
     else:
         verdict = "not yet distinguishable from the base model"
     detail = f"share of held-out questions at the start level solved, round {h.round:,}: {verdict}"
-    if "eval/capability" in history.series:
-        now = history.last("eval/capability")
-        base = history.last("eval/capability_base")
+    if K.EVAL_CAPABILITY in history.series:
+        now = history.last(K.EVAL_CAPABILITY)
+        base = history.last(K.EVAL_CAPABILITY_BASE)
         was = "" if math.isnan(base) else f"{base:.2f} at start -> "
         detail += f"<br>every level, easy to hard (capability): {was}{now:.2f} now"
     return words, detail
+
+
+def summary_text(history: RoundHistory, window: int, rolling: float | None = None) -> str:
+    """The line over the dashboard's plots: rounds, reward (and its rolling mean over `window`
+    rounds, unless given), accuracy, the share of groups from peers, sampling speed."""
+    h = history
+    if not h.rounds:
+        return (
+            "No rounds yet. The curves fill in as rounds end; "
+            "a run's history comes back from its run store when the app restarts."
+        )
+    if rolling is None:
+        _, means = h.rolling(K.REWARD_MEAN, window)
+        rolling = float(means[-1]) if len(means) else None
+    parts = [
+        f"<b>{h.rounds:,} round{'s' * (h.rounds != 1)}</b> (last: {h.last_round:,})",
+        f"reward {h.last(K.REWARD_MEAN):.3f}" + (f", rolling mean {rolling:.3f}" if rolling is not None else ""),
+        f"accuracy {h.last(K.ACCURACY_MEAN):.2f}",
+    ]
+    share = h.last(K.GROUPS_EXTERNAL_SHARE)
+    if not math.isnan(share):
+        parts.append(f"{share:.0%} of groups from peers")
+    speed = h.last(K.SAMPLER_TOK_PER_S)
+    if not math.isnan(speed):
+        parts.append(f"{speed:.0f} tok/s sampling")
+    return " · ".join(parts)
 
 
 def _duration(seconds: float) -> str:
@@ -76,7 +103,7 @@ def _duration(seconds: float) -> str:
 def contribution_text(stats: dict | None, history: RoundHistory) -> tuple[str, str]:
     """(headline, detail) of the contribution card, from `sapo-node stats`' figures."""
     if not stats:
-        cpu_h = history.total("cpu/seconds") / 3600
+        cpu_h = history.total(K.CPU_SECONDS) / 3600
         return (f"{cpu_h:.1f} CPU-hours · {history.rounds:,} rounds", "counting…")
     c, rw = stats["contribution"], stats["receipts_week"]
     head = f"{c['cpu_hours']:.1f} CPU-hours · {c['rounds']:,.0f} rounds"

@@ -218,7 +218,16 @@ class ShareSettings(QWidget):
         self.threads = 0
         self._grid_empty = False  # painted empty: no text says "never", so Apply refuses
         self._writing_schedule = False  # the grid is rewriting the text: no redraw back
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(self._share_box(helps))
+        layout.addWidget(self._rules_box(helps))
+        layout.addWidget(self._node_box())
+        layout.addStretch(1)
+        self.set_control(self.control, 0)
 
+    def _share_box(self, helps: dict[str, str]) -> QGroupBox:
+        """How much: the CPU time and the threads."""
         share = QGroupBox("Share of this computer")
         form = QFormLayout(share)
         self.throttle_slider = QSlider(Qt.Orientation.Horizontal, minimum=5, maximum=100, singleStep=5, pageStep=10)
@@ -236,7 +245,10 @@ class ShareSettings(QWidget):
         self.threads_spin.editingFinished.connect(self._on_threads_spin_editing_finished)
         form.addRow("Threads:", self.threads_spin)
         self.threads_spin.setMaximumWidth(160)
+        return share
 
+    def _rules_box(self, helps: dict[str, str]) -> QGroupBox:
+        """When: battery, idle, the schedule (text and grid), temperature, free memory; Apply."""
         rules = QGroupBox("When to run")
         form = QFormLayout(rules)
         self.battery_check = QCheckBox("Pause while on battery", toolTip=helps["pause_on_battery"])
@@ -294,7 +306,10 @@ class ShareSettings(QWidget):
         apply_row.addWidget(self.rules_error, 1)
         apply_row.addWidget(self.apply_button)
         form.addRow(apply_row)
+        return rules
 
+    def _node_box(self) -> QGroupBox:
+        """What: the model and swarm (the setup again), and starting at login."""
         node = QGroupBox("Model and swarm")
         col = QVBoxLayout(node)
         self.node_label = QLabel(wordWrap=True)
@@ -314,14 +329,7 @@ class ShareSettings(QWidget):
             pass
         self.autostart_box.toggled.connect(self._on_autostart_box_toggled)
         col.addWidget(self.autostart_box)
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 8, 8, 8)
-        layout.addWidget(share)
-        layout.addWidget(rules)
-        layout.addWidget(node)
-        layout.addStretch(1)
-        self.set_control(self.control, 0)
+        return node
 
     def set_control(self, control: ControlConfig, threads: int) -> None:
         """Show these values (no signal is emitted)."""

@@ -77,7 +77,25 @@ class ContributionByDay(pg.GraphicsLayout):
         self._days_shown = (0.0, 0.0)
         self.setContentsMargins(0, 0, 0, 0)
         self.layout.setVerticalSpacing(0)
+        self._build_bars(bg)
+        self._build_strip()
+        for plot in (self.bars_plot, self.strip_plot):
+            plot.setMenuEnabled(False)
+            plot.setMouseEnabled(x=True, y=False)  # zoom into a day with the wheel; hours stay put
+            plot.hideButtons()
+            plot.getAxis("left").setWidth(AXIS_PX)
+            plot.showAxis("right")
+            plot.getAxis("right").setWidth(AXIS_PX)  # the strip's right edge lines up with the bars'
+            for item in (plot.getAxis("left"), plot.getAxis("bottom"), plot.getAxis("right"), plot.titleLabel):
+                item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        self.strip_plot.getAxis("right").setStyle(showValues=False)
+        self.strip_plot.getAxis("right").setTicks([[]])
+        self.addItem(self.bars_plot, row=0, col=0)
+        self.addItem(self.strip_plot, row=1, col=0)
+        self.set_alone(False)
 
+    def _build_bars(self, bg: str) -> None:
+        """The upper plot: hours running per day as bars, peers' receipts as dots on a right axis."""
         self.bars_plot = pg.PlotItem(axisItems={"bottom": DayAxis()})
         self.bars_plot.setLabel("left", "hours running")
         self.bars_plot.getAxis("bottom").setStyle(showValues=False)  # the strip's axis below has the dates
@@ -109,6 +127,8 @@ class ContributionByDay(pg.GraphicsLayout):
         self.receipts_view.addItem(self.receipts)
         self.bars_plot.getViewBox().sigResized.connect(self._on_view_box_resized)
 
+    def _build_strip(self) -> None:
+        """The lower strip: the running intervals on the same clock-time axis, and a line at now."""
         self.strip_plot = pg.PlotItem(axisItems={"bottom": DayAxis()})
         self.strip_plot.setLabel("left", "running")
         self.strip_plot.getAxis("left").setStyle(showValues=False)
@@ -133,21 +153,6 @@ class ContributionByDay(pg.GraphicsLayout):
         )
         self.now_line.setVisible(False)
         self.strip_plot.addItem(self.now_line, ignoreBounds=True)
-
-        for plot in (self.bars_plot, self.strip_plot):
-            plot.setMenuEnabled(False)
-            plot.setMouseEnabled(x=True, y=False)  # zoom into a day with the wheel; hours stay put
-            plot.hideButtons()
-            plot.getAxis("left").setWidth(AXIS_PX)
-            plot.showAxis("right")
-            plot.getAxis("right").setWidth(AXIS_PX)  # the strip's right edge lines up with the bars'
-            for item in (plot.getAxis("left"), plot.getAxis("bottom"), plot.getAxis("right"), plot.titleLabel):
-                item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-        self.strip_plot.getAxis("right").setStyle(showValues=False)
-        self.strip_plot.getAxis("right").setTicks([[]])
-        self.addItem(self.bars_plot, row=0, col=0)
-        self.addItem(self.strip_plot, row=1, col=0)
-        self.set_alone(False)
 
     def _on_view_box_resized(self) -> None:
         self.receipts_view.setGeometry(self.bars_plot.getViewBox().geometry())

@@ -8,9 +8,10 @@ training alone), tokens/s (sampling and training), time per phase, and cumulativ
 when two columns are free there, else across the full width below (app/daily_plot.py: hours
 running per day on a clock-time axis over the running intervals; drawn when the contribution
 card's figures arrive, not per round). Curriculum changes are marked on the reward, held-out
-and accuracy plots. Three columns of plots from 1150 px, two below.
-Colours come from the system palette (app/theme.py). Long curves are binned for the screen
-(app/models.py: a raw figure's smallest and largest value per pixel, a rolling mean's mean), and a
+and accuracy plots. Three columns of plots from 1150 px, two below. Which figure each curve draws,
+and how, is a table (app/curves.py).
+How they look is app/plot_style.py's. Long curves are binned for the screen
+(app/binning.py: a raw figure's smallest and largest value per pixel, a rolling mean's mean), and a
 long curve no point of which would move by half a pixel keeps what it shows, so a plot is painted
 again only when something on it moved, so a history of 10,000 rounds redraws within a frame
 (`sapo-bench gui` measures it; docs/calibration.md, 'Dashboard redraw', says which change bought
@@ -19,7 +20,6 @@ what). Redraws are coalesced: a burst of rounds (the history loading) costs one 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,6 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
-    QGraphicsItem,
     QHBoxLayout,
     QLabel,
     QMessageBox,
@@ -38,14 +37,27 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import theme
-from app.cards import HeadlineCards, SteadyLabel
+from app.binning import ScreenBins
+from app.cards import HeadlineCards, SteadyLabel, summary_text
+from app.curves import (
+    BAND,
+    CUMULATIVE,
+    CURVES,
+    EVALUATIONS,
+    PLOTS,
+    ROLLING,
+    Curve,
+    Plot,
+    axis_end,
+    curriculum_changes,
+    task_curve,
+)
 from app.daily_plot import BARS_MIN_PX, STRIP_PX, ContributionByDay
-from app.models import PHASE_GROUPS, RoundHistory, ScreenBins
+from app.history import write_csv
+from app.models import RoundHistory
+from app.plot_style import LEVEL_CHANGE, configure_pyqtgraph, level_marks, new_curve, new_plot, pen, title_html
+from sapo_core.control import vocabulary as K
 
-PALETTE = theme.OKABE_ITO  # the light palette's curve colours (theme.curve_colours() for the current one)
-# the plots in reading order; "peers" is left out while the node trains alone
-PLOT_ORDER = ("reward", "heldout", "accuracy", "peers", "speed", "time", "cumulative")
 WIDE_FROM_PX = 1150  # three columns of plots from this width, two below (a 1000 x 640 window)
 PLOT_ROW_MIN_PX = 190
 REFRESH_DELAY_MS = 100
@@ -58,41 +70,6 @@ DOTS_UP_TO = 40
 # many pixels of where it is drawn keeps what it shows: at 10,000 rounds most rounds move no curve
 # by a pixel, and a plot none of whose curves changed is not painted again (sapo-bench gui)
 UNMOVED_PX = 0.5
-
-
-def axis_end(last_round: float, least: float = 10.0) -> float:
-    """Right end of the round axis: the last round plus about 10 %, rounded up to two significant
-    digits, so that a new round moves the axis (and makes every axis redraw its ticks) only
-    now and then: every round below 20, every 1,000 rounds around 10,000. Also the top of the
-    cumulative reward's axis (`least` 1), which grows every round too."""
-    target = max(least, last_round * 1.1)
-    step = 10.0 ** max(0, math.floor(math.log10(target)) - 1)
-    return math.ceil(target / step) * step
-
-
-def configure_pyqtgraph() -> None:
-    c = theme.colours()
-    pg.setConfigOptions(background=c["plot_bg"], foreground=c["plot_fg"], antialias=False, useNumba=False)
-
-
-def _tint(color: str, share: float) -> str:
-    """The colour mixed with `share` of the plot background: opaque fills that stay behind the lines."""
-    return theme.mix(color, theme.colours()["plot_bg"], share)
-
-
-def _pen(i: int, width: float = 2.0) -> pg.QtGui.QPen:
-    colours = theme.curve_colours()
-    return pg.mkPen(colours[i % len(colours)], width=width)
-
-
-def curriculum_changes(history: RoundHistory) -> np.ndarray:
-    """Rounds at which any dataset's curriculum level differs from the round before."""
-    out = [
-        x[1:][np.diff(y) != 0]
-        for x, y in (history.get(k) for k in history.series if k.startswith("curriculum/"))
-        if len(y) > 1
-    ]
-    return np.unique(np.concatenate(out)) if out else np.empty(0)
 
 
 class DashboardView(QWidget):
@@ -114,6 +91,7 @@ class DashboardView(QWidget):
         self._refreshing = False
         self._now: dict[str, tuple[float, float, int]] = {}  # plot -> its view, during a refresh
         self._plot_of: dict[str, str] = {}  # curve -> its plot
+        self._specs: dict[str, Curve] = {}  # curve -> its row of the table (app/curves.py)
         self._bins: dict[str, ScreenBins] = {}  # curve -> its data binned for the screen
         self._given: dict[str, int] = {}  # curve -> points of the data given (before binning)
         self.skip_unmoved = True  # off: every refresh hands every curve its data (sapo-bench gui's comparison)
@@ -164,38 +142,35 @@ class DashboardView(QWidget):
         self.refresh()
 
     # --- plots -------------------------------------------------------------------------------------
-    def _plot(self, key: str, title: str, y_label: str) -> pg.PlotItem:
-        p = pg.PlotItem()
-        self._titles[key] = title
-        p.setLabel("left", y_label)
+    def _plot(self, spec: Plot) -> pg.PlotItem:
+        key = spec.id
+        p = new_plot(spec)
+        self._titles[key] = spec.title
         p.getViewBox().sigResized.connect(self._on_view_changed)  # another width: other bins
         p.getViewBox().sigXRangeChanged.connect(self._on_view_changed)  # zoomed or panned: bin what shows
         # another scale: what was kept back as less than half a pixel off may be more now
         p.getViewBox().sigYRangeChanged.connect(lambda *_a, k=key: self._draw_stale(k))
         p.getViewBox().sigResized.connect(lambda *_a, k=key: self._draw_stale(k))
-        p.showGrid(x=True, y=True, alpha=0.25)
-        p.setLabel("bottom", "round")
-        p.setMenuEnabled(False)
-        p.enableAutoRange(x=False)  # the round axis is ours (refresh); y follows the data
         p.getViewBox().sigRangeChangedManually.connect(self._on_view_range_changed_manually)
         if self.plots:
             p.setXLink(next(iter(self.plots.values())))  # zoom one, zoom all
         self.plots[key] = p
+        self._legends[key] = []
+        self._set_title(key)
         return p
 
-    def _curve(self, plot_key: str, key: str, pen: pg.QtGui.QPen, name: str | None = None) -> pg.PlotCurveItem:
-        self._widths[key] = pen.widthF()
-        # a bare curve item, not pyqtgraph's PlotDataItem: the curves get data already binned for the
-        # screen (`_show`), and PlotDataItem's bookkeeping around each setData cost more than the
-        # curve's own (sapo-bench gui); dots for short histories are a scatter item of their own
-        c = pg.PlotCurveItem(pen=pen, skipFiniteCheck=True)  # the history holds finite numbers only
+    def _curve(self, spec: Curve) -> pg.PlotCurveItem:
+        """The curve of one row of the table, on its plot, named in the legend under the plot's title."""
+        key, plot_key = spec.id, spec.plot
+        c = new_curve(spec)  # skips pyqtgraph's finite checks: the history holds finite numbers only
+        self._widths[key] = c.opts["pen"].widthF()
         self.plots[plot_key].addItem(c)
         self.curves[key] = c
         self._plot_of[key] = plot_key
-        self._bins[key] = ScreenBins(peak=key.endswith("/raw"))
-        if name:
-            self._legends.setdefault(plot_key, []).append((name, pen.color().name()))
-            self._set_title(plot_key)
+        self._specs[key] = spec
+        self._bins[key] = ScreenBins(peak=spec.peak)
+        self._legends[plot_key].append((spec.label, c.opts["pen"].color().name()))
+        self._set_title(plot_key)
         return c
 
     def set_own_bins(self, own: bool) -> None:
@@ -263,69 +238,28 @@ class DashboardView(QWidget):
         return tuple(self._view(k) for k in self._visible)
 
     def _set_title(self, plot_key: str) -> None:
-        """The title, with the legend under it: a legend box inside the plot would hide data."""
-        entries = [f"<span style='color:{color}'>■</span>&nbsp;{name}" for name, color in self._legends[plot_key]]
-        lines = [" &nbsp; ".join(entries[i : i + 3]) for i in range(0, len(entries), 3)]
-        self.plots[plot_key].setTitle(
-            f"{self._titles[plot_key]}<br><span style='font-size:8pt'>{'<br>'.join(lines)}</span>"
-        )
+        self.plots[plot_key].setTitle(title_html(self._titles[plot_key], self._legends[plot_key]))
 
     def _build_plots(self) -> None:
-        raw = pg.mkPen(theme.colours()["raw"], width=1)
-        self._plot("reward", "Training reward per round", "reward (0 to 1)")
-        self._curve("reward", "reward/raw", raw, "each round")
-        self._curve("reward", "reward/rolling", _pen(0, 2.5), "rolling mean")
-        self._plot("heldout", "Held-out questions solved", "share solved").setYRange(0, 1, padding=0.02)
-        self._curve("heldout", "heldout/now", _pen(2, 2.5), "trained model")
-        self._curve(
-            "heldout",
-            "heldout/base",
-            pg.mkPen(theme.colours()["muted"], width=1.5, style=Qt.PenStyle.DashLine),
-            "base model",
-        )
-        self._plot("accuracy", "Accuracy per task (rolling mean)", "share solved").setYRange(0, 1, padding=0.02)
-        self._legends["accuracy"] = []
-        self._set_title("accuracy")
-        self._plot("peers", "Share of groups from peers", "share of groups").setYRange(0, 1, padding=0.02)
-        self._curve("peers", "peers/raw", raw, "each round")
-        self._curve("peers", "peers/rolling", _pen(2, 2.5), "rolling mean")
-        self._plot("speed", "Tokens per second (rolling mean)", "tokens / s")
-        for i, (key, name) in enumerate((("speed/sample", "sampling"), ("speed/train", "training"))):
-            self._curve("speed", key, _pen(i), name).setFillLevel(0)  # no brush: only keeps 0 in the y range
-        self._plot("cumulative", "Cumulative training reward", "sum of rewards")
-        self._curve("cumulative", "cumulative", _pen(1, 2.5), "sum of rewards per question")
-        self._plot("time", "Time per round by phase (rolling mean)", "seconds")
-        # stacked bands: each curve is the running total up to its phase, filled down to 0 and drawn
-        # over the ones above it, so the visible part of each fill is that phase's own share
-        for i, (name, _) in enumerate(PHASE_GROUPS):
-            c = self._curve("time", f"time/{name}", _pen(i, 1.0), name)
-            c.setFillLevel(0)
-            c.setBrush(pg.mkBrush(_tint(PALETTE[i % len(PALETTE)], 0.45)))
-            c.setZValue(len(PHASE_GROUPS) - i)
-        marker_pen = pg.mkPen(theme.colours()["marker"], width=1, style=Qt.PenStyle.DotLine)
-        for key in ("reward", "heldout", "accuracy"):
-            m = pg.PlotDataItem(pen=marker_pen, connect="finite")
+        for plot in PLOTS:
+            self._plot(plot)
+        for curve in CURVES:
+            self._curve(curve)
+        for key in (plot.id for plot in PLOTS if plot.marks_levels):
+            m, colour = level_marks()
             self.plots[key].addItem(m, ignoreBounds=True)  # marks must not stretch the y range
             self.markers[key] = m
-            self._legends.setdefault(key, []).append(("level change", theme.colours()["marker"]))
+            self._legends[key].append((LEVEL_CHANGE, colour))
             self._set_title(key)
-        cached = QGraphicsItem.CacheMode.DeviceCoordinateCache
-        for plot in self.plots.values():
-            plot.getAxis("left").setWidth(58)
-            plot.getAxis("left").enableAutoSIPrefix(False)  # "(x0.001)" beside a reward reads as an error
-            # axes (with their grid) and titles change only when a range or a name does: keep them as
-            # pixmaps instead of replaying their text every frame (halves a redraw: sapo-bench gui)
-            for item in (plot.getAxis("left"), plot.getAxis("bottom"), plot.titleLabel):
-                item.setCacheMode(cached)
 
-    def _task_curve(self, task: str) -> pg.PlotDataItem:
-        key = f"accuracy/{task}"
-        if key not in self.curves:
-            n = sum(1 for k in self.curves if k.startswith("accuracy/"))
-            c = self._curve("accuracy", key, _pen(n), task.replace("_", " "))
+    def _task_curve(self, task: str) -> None:
+        """The accuracy plot's curve of `task`, made when the task first appears in the history."""
+        n = sum(1 for c in self._specs.values() if c.plot == "accuracy")
+        spec = task_curve(task, n)
+        if spec.id not in self.curves:
+            c = self._curve(spec)
             if self._thin:
-                c.setPen(_pen(n, 1.0))
-        return self.curves[key]
+                c.setPen(pen(n, 1.0))
 
     @property
     def store_file(self) -> Path | None:
@@ -340,12 +274,13 @@ class DashboardView(QWidget):
     def alone(self) -> bool:
         """No peer groups in any round and no swarm figures: the peer plots say nothing."""
         h = self.history
-        return h.total("groups/external") == 0 and "swarm/peers" not in h.series
+        return h.total(K.GROUPS_EXTERNAL) == 0 and K.SWARM_PEERS not in h.series
 
     def arrange(self, columns: int | None = None) -> None:
         """Place the visible plots row by row in `columns` columns (default: by the width)."""
         columns = columns or (3 if self.width() >= WIDE_FROM_PX else 2)
-        visible = tuple(k for k in PLOT_ORDER if not (k == "peers" and self.alone()))
+        alone = self.alone()
+        visible = tuple(p.id for p in PLOTS if not (p.peers_only and alone))
         if (columns, visible) == (self._columns, self._visible):
             return
         ci = self.graphics.ci
@@ -353,7 +288,7 @@ class DashboardView(QWidget):
             ci.removeItem(self.plots[key])
         if self._visible:
             ci.removeItem(self.by_day)
-        for key in PLOT_ORDER:
+        for key in self.plots:
             self.plots[key].setVisible(key in visible)
         for i, key in enumerate(visible):
             ci.addItem(self.plots[key], row=i // columns, col=i % columns)
@@ -365,7 +300,7 @@ class DashboardView(QWidget):
         else:  # a row of its own, full width: two weeks need the room
             ci.addItem(self.by_day, row=rows, col=0, colspan=columns)
             height = rows * PLOT_ROW_MIN_PX + BARS_MIN_PX + STRIP_PX
-        self.by_day.set_alone("peers" not in visible)
+        self.by_day.set_alone(alone)
         for col in range(3):  # equal columns, whatever the length of a title
             ci.layout.setColumnStretchFactor(col, 1 if col < columns else 0)
             ci.layout.setColumnPreferredWidth(col, 250 if col < columns else 0)
@@ -405,66 +340,76 @@ class DashboardView(QWidget):
         self.refreshed.emit(self.history.rounds)
 
     def _refresh(self) -> None:
-        h, w = self.history, self.window
+        h = self.history
         self.arrange()
         self._follow_rounds()  # the round axis first: the curves are binned for it
         self._now = {k: self._view(k) for k in self.plots}
         views = tuple(self._now[k] for k in self._visible)  # what `_binned_for` compares with
-        x, rolling = h.rolling("reward/mean", w)
-        self._show("reward/raw", *h.get("reward/mean"))
-        self._show("reward/rolling", x, rolling)
-        x, total = h.cumulative("reward/sum" if "reward/sum" in h.series else "reward/mean")
-        if self._follow and len(total):  # it grows every round: step its axis as the round axis steps
-            top = axis_end(float(total.max()), least=1.0)
-            vb = self.plots["cumulative"].getViewBox()
+        for task in h.keys_under(K.ACCURACY_PREFIX, skip=(K.ACCURACY_MEAN,)):
+            self._task_curve(task[len(K.ACCURACY_PREFIX) :])
+        drawn = {c.id: self._draw(c, views) for c in list(self._specs.values()) if c.how != BAND}
+        self._draw_bands()
+        self._mark_curriculum()
+        self.cards.refresh()
+        self._binned_for = views
+        self._update_dots()
+        if (h.rounds > THICK_LINES_UP_TO) != self._thin:
+            self._thin = not self._thin
+            for key, curve in self.curves.items():
+                thin = pg.mkPen(curve.opts["pen"])
+                thin.setWidthF(1.0 if self._thin else self._widths[key])
+                curve.setPen(thin)
+        rolling = drawn["reward:rolling"]
+        self.summary.setText(summary_text(h, self.window, float(rolling[-1]) if len(rolling) else None))
+
+    def _figure(self, spec: Curve) -> tuple[np.ndarray, np.ndarray]:
+        """The (rounds, values) curve `spec` draws, from the history."""
+        h = self.history
+        key = spec.fallback if spec.fallback and spec.key not in h.series else spec.key
+        if spec.how == ROLLING:
+            return h.rolling(key, self.window)
+        if spec.how == CUMULATIVE:
+            return h.cumulative(key)
+        return h.get(key)
+
+    def _draw(self, spec: Curve, views: tuple) -> np.ndarray:
+        """Give curve `spec` its figure (unless it is an evaluation's and nothing changed); its values."""
+        x, y = self._figure(spec)
+        if spec.how == EVALUATIONS and self.points(spec.id) == len(x) and self._binned_for == views:
+            return y  # evaluations are every N rounds: skip the rounds between
+        if spec.how == CUMULATIVE and self._follow and len(y):
+            # it grows every round: step its axis as the round axis steps, before the curve is given
+            # its data (what moves less than a pixel is measured on the axis)
+            top = axis_end(float(y.max()), least=1.0)
+            vb = self.plots[spec.plot].getViewBox()
             if vb.viewRange()[1] != [0.0, top]:
                 vb.enableAutoRange(y=False)
                 vb.setYRange(0, top, padding=0)
-        self._show("cumulative", x, total)  # after its axis: what moves less than a pixel is measured on it
-        for key, figure in (("heldout/now", "eval/solve_rate"), ("heldout/base", "eval/solve_rate_base")):
-            x, y = h.get(figure)
-            if self.points(key) != len(x) or self._binned_for != views:
-                self._show(key, x, y)  # evaluations are every N rounds: skip the rounds between
-        self._mark_curriculum()
-        self.cards.refresh()
-        for task in h.keys_under("accuracy/", skip=("mean",)):
-            self._task_curve(task[len("accuracy/") :])
-            self._show(task, *h.rolling(task, w))
-        self._show("peers/raw", *h.get("groups/external_share"))
-        self._show("peers/rolling", *h.rolling("groups/external_share", w))
-        self._show("speed/sample", *h.rolling("sampler/tok_per_s", w))
-        self._show("speed/train", *h.rolling("train/tok_per_s", w))
-        x, bands = h.stacked(PHASE_GROUPS, w)
+        self._show(spec.id, x, y)
+        return y
+
+    def _draw_bands(self) -> None:
+        """The time per round, stacked by band of phases (vocabulary.PHASE_BANDS)."""
+        x, bands = self.history.stacked(K.PHASE_BANDS, self.window)
         below = None
-        for (name, _), band in zip(PHASE_GROUPS, bands):
-            self._show(f"time/{name}", x, band)
+        for (name, _), band in zip(K.PHASE_BANDS, bands):
+            self._show(f"time:{name}", x, band)
             # a band this node never has (sharing, alone) stays out of the legend's way
-            self.curves[f"time/{name}"].setVisible(below is None or bool(len(band)) and not np.array_equal(band, below))
+            self.curves[f"time:{name}"].setVisible(below is None or bool(len(band)) and not np.array_equal(band, below))
             below = band
-        self._binned_for = views
+
+    def _update_dots(self) -> None:
+        """Dots on the curves that have few points yet (and draw them with dots at all)."""
         for key, curve in self.curves.items():
-            dots = (
-                0 < self.points(key) <= DOTS_UP_TO
-                and not key.endswith("/raw")
-                and not key.startswith("time/")
-                and key != "heldout/base"
-            )
-            if dots:
+            if 0 < self.points(key) <= DOTS_UP_TO and self._specs[key].dots:
                 d = self._dots.get(key)
                 if d is None:
-                    pen = curve.opts["pen"]
-                    d = self._dots[key] = pg.ScatterPlotItem(size=5, pen=pen, brush=pg.mkPen(pen).color())
+                    p = curve.opts["pen"]
+                    d = self._dots[key] = pg.ScatterPlotItem(size=5, pen=p, brush=pg.mkPen(p).color())
                     self.plots[self._plot_of[key]].addItem(d)
                 d.setData(curve.xData, curve.yData)
             elif key in self._dots:
                 self.plots[self._plot_of[key]].removeItem(self._dots.pop(key))
-        if (h.rounds > THICK_LINES_UP_TO) != self._thin:
-            self._thin = not self._thin
-            for key, curve in self.curves.items():
-                pen = pg.mkPen(curve.opts["pen"])
-                pen.setWidthF(1.0 if self._thin else self._widths[key])
-                curve.setPen(pen)
-        self.summary.setText(self.summary_text(rolling[-1] if len(rolling) else None))
 
     def _follow_rounds(self) -> None:
         """Show every round on the round axis, unless the user zoomed or panned."""
@@ -477,29 +422,6 @@ class DashboardView(QWidget):
                 for p in self.plots.values():
                     p.enableAutoRange(x=False)
                 first.setXRange(0, end, padding=0)
-
-    def summary_text(self, rolling: float | None = None) -> str:
-        h = self.history
-        if not h.rounds:
-            return (
-                "No rounds yet. The curves fill in as rounds end; "
-                "a run's history comes back from its run store when the app restarts."
-            )
-        if rolling is None:
-            _, means = h.rolling("reward/mean", self.window)
-            rolling = float(means[-1]) if len(means) else None
-        parts = [
-            f"<b>{h.rounds:,} round{'s' * (h.rounds != 1)}</b> (last: {h.last_round:,})",
-            f"reward {h.last('reward/mean'):.3f}" + (f", rolling mean {rolling:.3f}" if rolling is not None else ""),
-            f"accuracy {h.last('accuracy/mean'):.2f}",
-        ]
-        share = h.last("groups/external_share")
-        if not math.isnan(share):
-            parts.append(f"{share:.0%} of groups from peers")
-        speed = h.last("sampler/tok_per_s")
-        if not math.isnan(speed):
-            parts.append(f"{speed:.0f} tok/s sampling")
-        return " · ".join(parts)
 
     def _on_stats_loaded(self, stats: dict | None) -> None:
         if stats is not None:
@@ -530,18 +452,7 @@ class DashboardView(QWidget):
 
     def export_csv(self, path: str | Path) -> int:
         """Every figure of every round in the run store as CSV; returns the rounds written."""
-        from sapo_core.store import RunStore, export_csv
-
-        if self.store_file is None or not self.store_file.is_file():
-            raise FileNotFoundError("no run store yet: the first round has not ended")
-        store = RunStore(self.store_file, readonly=True)
-        try:
-            rows = store.rounds()
-        finally:
-            store.close()
-        with open(path, "w", newline="", encoding="utf-8") as out:
-            export_csv(rows, out)
-        return len(rows)
+        return write_csv(self.store_file, path)
 
     def _on_png_button_clicked(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export the plots as PNG", "sapo-dashboard.png", "PNG (*.png)")
@@ -560,4 +471,4 @@ class DashboardView(QWidget):
             QMessageBox.warning(self, "Export CSV", f"Could not export: {e}")
 
 
-__all__ = ["DashboardView", "configure_pyqtgraph", "PALETTE"]
+__all__ = ["DashboardView"]

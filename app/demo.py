@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sapo_core.control import protocol as P
+from sapo_core.control import vocabulary as K
 from sapo_core.store import STORE_NAME, RunStore
 
 TASKS = ("basic_arithmetic", "fraction_simplification", "calendar_arithmetic")
@@ -36,69 +37,69 @@ def demo_metrics(r: int, rng: random.Random, swarm: bool = True) -> dict[str, fl
         if (r + k) % 3 == 2:
             continue  # two of the three tasks each round
         acc = min(1.0, max(0.0, 0.05 + 0.35 * progress * (1 - 0.3 * k) + rng.gauss(0, 0.08)))
-        m[f"accuracy/{task}"], m[f"reward/{task}"] = acc, acc
+        m[K.accuracy_of(task)], m[K.reward_of(task)] = acc, acc
         rewards.append(acc)
     mean = sum(rewards) / len(rewards)
     m.update(
         {
-            "reward/mean": mean,
-            "reward/sum": 2 * mean,
-            "accuracy/mean": mean,
-            "groups/local": 2.0,
-            "groups/external": 2.0 if swarm else 0.0,
-            "groups/external_share": (0.5 + rng.gauss(0, 0.05)) if swarm else 0.0,
-            "groups/trained": 3.0,
-            "sampler/tok_per_s": 190 + rng.gauss(0, 12),
-            "train/tok_per_s": 185 + rng.gauss(0, 10),
-            "loss/policy": rng.gauss(0, 0.05),
+            K.REWARD_MEAN: mean,
+            K.REWARD_SUM: 2 * mean,
+            K.ACCURACY_MEAN: mean,
+            K.GROUPS_LOCAL: 2.0,
+            K.GROUPS_EXTERNAL: 2.0 if swarm else 0.0,
+            K.GROUPS_EXTERNAL_SHARE: (0.5 + rng.gauss(0, 0.05)) if swarm else 0.0,
+            K.GROUPS_TRAINED: 3.0,
+            K.SAMPLER_TOK_PER_S: 190 + rng.gauss(0, 12),
+            K.TRAIN_TOK_PER_S: 185 + rng.gauss(0, 10),
+            K.LOSS_POLICY: rng.gauss(0, 0.05),
         }
     )
     times = {
-        "sample": 38.0,
-        "score": 0.2,
-        "share": 0.4,
-        "gather": 1.2,
-        "likelihood": 6.0,
-        "prepare": 0.1,
-        "update": 52.0,
-        "sync": 1.5,
-        "save": 0.6,
+        K.SAMPLE: 38.0,
+        K.SCORE: 0.2,
+        K.SHARE: 0.4,
+        K.GATHER: 1.2,
+        K.LIKELIHOOD: 6.0,
+        K.PREPARE: 0.1,
+        K.UPDATE: 52.0,
+        K.SYNC: 1.5,
+        K.SAVE: 0.6,
     }
     for phase, t in times.items():
-        if swarm or phase not in ("share", "gather", "likelihood"):
-            m[f"time/{phase}"] = max(0.0, t * (1 + rng.gauss(0, 0.1)))
-    m["time/round"] = sum(v for k, v in m.items() if k.startswith("time/"))
-    m["cpu/seconds"] = 1.8 * m["time/round"]
+        if swarm or phase not in (K.SHARE, K.GATHER, K.LIKELIHOOD):
+            m[K.time_of(phase)] = max(0.0, t * (1 + rng.gauss(0, 0.1)))
+    m[K.TIME_ROUND] = sum(v for k, v in m.items() if k.startswith(K.TIME_PREFIX))
+    m[K.CPU_SECONDS] = 1.8 * m[K.TIME_ROUND]
     for k, task in enumerate(TASKS):
-        m[f"curriculum/{task}_level"] = float(min(3, r // (180 + 90 * k)))
+        m[K.curriculum_level_of(task)] = float(min(3, r // (180 + 90 * k)))
     if r == 1 or r % 20 == 0:
         now = 0.10 + 0.17 * progress + rng.gauss(0, 0.015)
         m.update(
             {
-                "eval/solve_rate": now,
-                "eval/solve_rate_base": 0.10,
-                "eval/gain": now - 0.10,
-                "eval/gain_ci_low": now - 0.17,
-                "eval/gain_ci_high": now - 0.03,
-                "eval/questions": 96.0,
+                K.EVAL_SOLVE_RATE: now,
+                K.EVAL_SOLVE_RATE_BASE: 0.10,
+                K.EVAL_GAIN: now - 0.10,
+                K.EVAL_GAIN_CI_LOW: now - 0.17,
+                K.EVAL_GAIN_CI_HIGH: now - 0.03,
+                K.EVAL_QUESTIONS: 96.0,
             }
         )
     if swarm:
         rejected = 1.0 if rng.random() < 0.15 else 0.0
         m.update(
             {
-                "swarm/published": 2.0,
-                "swarm/received": 6.0,
-                "swarm/accepted": 6.0 - rejected,
-                "swarm/used": 2.0,
-                "swarm/rejected": rejected,
-                "swarm/peers": 3.0,
-                "swarm/dht_peers": 4.0,
-                "swarm/ignored_peers": 0.0,
+                K.SWARM_PUBLISHED: 2.0,
+                K.SWARM_RECEIVED: 6.0,
+                K.SWARM_ACCEPTED: 6.0 - rejected,
+                K.SWARM_USED: 2.0,
+                K.SWARM_REJECTED: rejected,
+                K.SWARM_PEERS: 3.0,
+                K.SWARM_DHT_PEERS: 4.0,
+                K.SWARM_IGNORED_PEERS: 0.0,
             }
         )
         if rejected:
-            m["swarm/rejected/zero_advantage" if rng.random() < 0.8 else "swarm/rejected/answer_mismatch"] = rejected
+            m[K.swarm_rejected("zero_advantage" if rng.random() < 0.8 else "answer_mismatch")] = rejected
     return m
 
 
@@ -151,7 +152,7 @@ def write_demo_store(run_dir: Path, n: int, seed: int = 0) -> Path:
     RunStore(path).close()  # the schema, as the node creates it
     rows = list(demo_rows(n, seed))
     end = time.time()
-    spans = demo_spans([m["time/round"] for _, m in rows], end, seed)
+    spans = demo_spans([m[K.TIME_ROUND] for _, m in rows], end, seed)
     # RunStore.record_round commits (and fsyncs) each row: 10,000 of them take minutes. One transaction
     # over the same table takes a fraction of a second.
     db = sqlite3.connect(path)
@@ -208,8 +209,8 @@ def demo_node_events(rounds: int) -> list[P.Message]:
         P.State(state=P.RUNNING, reason="", round=rounds + 1),
     ]
     for i, name in enumerate(DEMO_PEERS):
-        out.append(P.Progress(round=rounds - i % 2, phase="gather", done=i, total=len(DEMO_PEERS), info={"peer": name}))
-    out.append(P.Progress(round=rounds + 1, phase="sample", done=5, total=16))
+        out.append(P.Progress(round=rounds - i % 2, phase=K.GATHER, done=i, total=len(DEMO_PEERS), info={"peer": name}))
+    out.append(P.Progress(round=rounds + 1, phase=K.SAMPLE, done=5, total=16))
     out.append(
         P.Heartbeat(t=0.0, state=P.RUNNING, round=rounds + 1, cpu_seconds=100.0, rss_bytes=1_450_000_000, throttle=0.5)
     )

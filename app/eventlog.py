@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from app.models import STATE_WORDS
 from sapo_core.control import protocol as P
+from sapo_core.control import vocabulary as K
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,10 @@ class EventLog:
             m = ev.metrics
             return self.add(
                 "round",
-                f"round {ev.round} done: reward {m.get('reward/mean', 0):.3f}, "
-                f"accuracy {m.get('accuracy/mean', 0):.2f}, "
-                f"{int(m.get('groups/external', 0))} group(s) from peers, "
-                f"{m.get('time/round', 0):.1f} s",
+                f"round {ev.round} done: reward {m.get(K.REWARD_MEAN, 0):.3f}, "
+                f"accuracy {m.get(K.ACCURACY_MEAN, 0):.2f}, "
+                f"{int(m.get(K.GROUPS_EXTERNAL, 0))} group(s) from peers, "
+                f"{m.get(K.TIME_ROUND, 0):.1f} s",
             )
         if isinstance(ev, P.Log):
             return self.add(ev.level, ev.message, ev.t or None)

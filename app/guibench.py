@@ -60,17 +60,9 @@ def _line(name: str, wall: list[float], cpu: list[float]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.guibench", description=__doc__.splitlines()[0])
-    configure(parser)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from app.qtcheck import binding_problem
-
-    problem = binding_problem()
-    if problem:
-        print(f"sapo-bench gui: {problem}", file=sys.stderr)
-        return 1
+def _measure(args: argparse.Namespace) -> dict:
+    """A window over a made-up history of `args.rounds` rounds: how long loading it took, and the
+    redraws after a new round (ours; every curve given its data; every round handed to the curves)."""
     import psutil
     from PySide6.QtWidgets import QApplication
 
@@ -116,15 +108,43 @@ def main(argv: list[str] | None = None) -> int:
         window.close()
         window.deleteLater()
         app.processEvents()
+    return {
+        "write_s": t_write,
+        "read_s": t_read,
+        "add_s": t_add,
+        "first_ms": t_first,
+        "ours": ours,
+        "every": every,
+        "plain": plain,
+        "rss_mb": rss_mb,
+        "rounds": n,
+        "curves": n_curves,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.guibench", description=__doc__.splitlines()[0])
+    configure(parser)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app.qtcheck import binding_problem
+
+    problem = binding_problem()
+    if problem:
+        print(f"sapo-bench gui: {problem}", file=sys.stderr)
+        return 1
+    f = _measure(args)
+    ours, every, plain, n, rss_mb = f["ours"], f["every"], f["plain"], f["rounds"], f["rss_mb"]
 
     p = percentile
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"history: {args.rounds:,} rounds written in {t_write:.2f} s, read from the run store in {t_read:.2f} s, "
-        f"into the dashboard's arrays in {t_add:.2f} s; first draw {t_first:.0f} ms (wall)"
+        f"history: {args.rounds:,} rounds written in {f['write_s']:.2f} s, read from the run store in "
+        f"{f['read_s']:.2f} s, into the dashboard's arrays in {f['add_s']:.2f} s; first draw {f['first_ms']:.0f} ms "
+        "(wall)"
     )
     print(
-        f"redraw after a new round, {n:,} rounds at the end, {args.width}x{args.height}, {n_curves} curves, "
+        f"redraw after a new round, {n:,} rounds at the end, {args.width}x{args.height}, {f['curves']} curves, "
         f"load average {load:.1f} on {os.cpu_count()} CPUs:"
     )
     print(_line("ours (binned for the screen, 1 bin per pixel)", *ours))

@@ -43,13 +43,34 @@ class ModelOption:
         rank = VERDICT_ORDER.get(self.status, 3)
         return (rank, -self.params if rank == 0 else self.round_seconds)
 
+    @property
+    def download_size(self) -> str:
+        """'350 MB', '1.2 GB'; '' when unknown."""
+        if not self.download_gb:
+            return ""
+        return f"{self.download_gb * 1000:,.0f} MB" if self.download_gb < 1 else f"{self.download_gb:.1f} GB"
+
+    def row(self, recommended: str) -> list[str]:
+        """Its line in the setup's table: model (★ when `recommended`), verdict, parameters, download,
+        rounds per hour, memory, licence."""
+        size = self.download_size
+        here = ("✓ here" if size else "included") if self.downloaded else size or "?"
+        return [
+            self.id + ("  ★" if self.id == recommended else ""),
+            self.status,
+            f"{self.params / 1e6:,.0f} M" if self.params else "?",
+            f"{size} {here}".strip() if self.downloaded and size else here,
+            f"{self.rounds_per_hour:.0f}",
+            f"{self.memory_gb:.1f} GB",
+            self.license or "?",
+        ]
+
     def details(self) -> str:
         parts = []
         if self.params:
             parts.append(f"{self.params / 1e6:,.0f} M parameters")
         if self.download_gb:
-            size = f"{self.download_gb * 1000:,.0f} MB" if self.download_gb < 1 else f"{self.download_gb:.1f} GB"
-            parts.append(f"{size} download" + (" (already here)" if self.downloaded else ""))
+            parts.append(f"{self.download_size} download" + (" (already here)" if self.downloaded else ""))
         if self.license:
             parts.append(f"licence {self.license}")
         if self.round_seconds:

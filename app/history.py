@@ -3,7 +3,7 @@
 The node writes `rounds.sqlite` in its run directory (WAL mode); the app only reads it, so
 the dashboard's curves survive a restart of the app or of the node. Reading thousands of
 rows takes long enough to stall a frame, so `HistoryLoader` reads on a thread and hands the
-rows to the GUI thread through a queued signal.
+rows to the GUI thread through a queued signal. `write_csv`: the dashboard's Export CSV.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 
-from sapo_core.store import STORE_NAME, RunStore, StoreError
+from sapo_core.store import STORE_NAME, RunStore, StoreError, export_csv
 
 Row = tuple[int, dict[str, float]]
 
@@ -32,6 +32,20 @@ def read_rows(path: Path) -> list[Row]:
         return [(r.round, r.metrics) for r in store.rounds()]
     finally:
         store.close()
+
+
+def write_csv(path: Path | None, out_path: str | Path) -> int:
+    """Every figure of every round of the run store at `path` as CSV; returns the rounds written."""
+    if path is None or not path.is_file():
+        raise FileNotFoundError("no run store yet: the first round has not ended")
+    store = RunStore(path, readonly=True)
+    try:
+        rows = store.rounds()
+    finally:
+        store.close()
+    with open(out_path, "w", newline="", encoding="utf-8") as out:
+        export_csv(rows, out)
+    return len(rows)
 
 
 class HistoryLoader(QObject):
@@ -61,4 +75,4 @@ class HistoryLoader(QObject):
         self.loaded.emit(rows, error)
 
 
-__all__ = ["HistoryLoader", "read_rows", "store_path", "Row"]
+__all__ = ["HistoryLoader", "read_rows", "write_csv", "store_path", "Row"]

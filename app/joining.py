@@ -17,6 +17,7 @@ from PySide6.QtGui import QGuiApplication, QPixmap
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
 from sapo_core.config import NodeConfig
+from sapo_core.control.vocabulary import SWARM_LAN_PEERS, SWARM_REACHABLE, SWARM_RELAYED
 from sapo_core.swarm.invitations import InvitationError, invitation_for, parse_invitation
 
 CHECK_TIMEOUT_MS = 120_000
@@ -26,15 +27,15 @@ def reachability_words(figures: Mapping[str, float], alone: bool | None) -> str:
     """What the last round's swarm/... figures say about joining, in the user's words."""
     if alone:
         return "Training alone: not in a swarm."
-    if "swarm/reachable" not in figures:
+    if SWARM_REACHABLE not in figures:
         return "Not known yet: the node says after its first round in the swarm."
-    reachable = figures["swarm/reachable"]
-    lan = int(figures.get("swarm/lan_peers", 0))
+    reachable = figures[SWARM_REACHABLE]
+    lan = int(figures.get(SWARM_LAN_PEERS, 0))
     lan_words = f" · {lan} peer(s) found on this network" if lan else ""
     if reachable > 0:
         return "Reachable: peers can connect to this computer; it serves the swarm and relays for others." + lan_words
     if reachable == 0:
-        how = "through a relay" if figures.get("swarm/relayed") else "as a DHT client (peers store its answers)"
+        how = "through a relay" if figures.get(SWARM_RELAYED) else "as a DHT client (peers store its answers)"
         return f"Behind NAT: peers cannot connect to this computer; it takes part {how}." + lan_words
     return "Not checked yet: no peer has answered to dial back (checked again as peers join)." + lan_words
 

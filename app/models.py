@@ -3,7 +3,8 @@
 - `NodeStatus`: what the node is doing now (state, its reason, round, phase, or the model's
   download on a first start), from events.
 - `Series` / `RoundHistory`: every figure of every round, as growing numpy arrays, with the
-  derived curves the dashboard draws (rolling mean, cumulative sum).
+  derived curves the dashboard draws (rolling mean, cumulative sum; binned for the screen in
+  binning.py).
 - `SwarmModel`: who this node is in the swarm and what it exchanged, summed over rounds.
 The event log's model is in eventlog.py.
 """
@@ -19,8 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sapo_core.control import protocol as P
-from sapo_core.control.protocol import PHASE_WORDS
-from sapo_core.downloads import PHASE as DOWNLOAD
+from sapo_core.control import vocabulary as K
 from sapo_core.downloads import download_text
 
 STATE_WORDS = {
@@ -34,16 +34,6 @@ STATE_WORDS = {
     P.CRASHED: "Stopped on an error",
     "not started": "Not started",
 }
-# what a phase's done/total count (sapo_core: sampler steps add the sequences still alive, one token each)
-PHASE_UNITS = {"sample": "tokens", "update": "micro-batches", "score": "questions"}
-TIME_PHASES = ("sample", "score", "share", "gather", "likelihood", "prepare", "update", "sync", "save")
-# the dashboard stacks the round's time in four bands; the small phases share one
-PHASE_GROUPS = (
-    ("sampling", ("sample",)),
-    ("training", ("update", "sync")),
-    ("sharing with peers", ("share", "gather", "likelihood")),
-    ("other", ("score", "prepare", "save")),
-)
 
 
 @dataclass
@@ -83,7 +73,7 @@ class NodeStatus:
                 self.phase, self.done, self.total, self.info = "", 0, 0, {}
             return True
         if isinstance(ev, P.Progress):
-            if ev.phase == DOWNLOAD:  # before the first round (round 0): no round has started
+            if ev.phase == K.DOWNLOAD:  # before the first round (round 0): no round has started
                 self.phase, self.done, self.total, self.info = ev.phase, ev.done, ev.total, dict(ev.info)
                 return True
             if ev.round and ev.round != self.started_round:
@@ -123,8 +113,8 @@ class NodeStatus:
         if self.downloading:
             return download_text(self.info, self.done, self.total)
         if self.state == P.RUNNING and self.phase:
-            word = PHASE_WORDS.get(self.phase, self.phase)
-            unit = PHASE_UNITS.get(self.phase)
+            word = K.PHASE_WORDS.get(self.phase, self.phase)
+            unit = K.PHASE_UNITS.get(self.phase)
             count = (
                 (f" {self.done:,} of {self.total:,} {unit}" if unit else f" {self.done}/{self.total}")
                 if self.total > 1
@@ -138,7 +128,7 @@ class NodeStatus:
     @property
     def downloading(self) -> bool:
         """The node is fetching its model (first start), or just did, or could not."""
-        return self.phase == DOWNLOAD
+        return self.phase == K.DOWNLOAD
 
     @property
     def download_fraction(self) -> float | None:
@@ -227,94 +217,6 @@ def rolling_mean(y: np.ndarray, window: int, sums: np.ndarray | None = None) -> 
     return out
 
 
-def bin_for_screen(
-    x: np.ndarray, y: np.ndarray, x0: float, x1: float, bins: int, peak: bool, force: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """What a curve of (x, y) needs on a plot showing rounds [x0, x1] across `bins` pixels.
-
-    x ascending. The points inside the range plus one on each side (a line runs to the edge);
-    when they are more than the pixels can show, one bin per pixel instead: its smallest and
-    largest value (`peak`, spikes stay visible) or its mean at its mean x (a smooth curve). Bins
-    sit on a grid fixed by x0, x1 and `bins`, so a new round changes only the last bin; where a
-    point falls never depends on how many came before it. `force`: bin even a few points (a
-    tail of a longer curve, `ScreenBins`)."""
-    n = len(x)
-    if n == 0 or bins < 1 or not x1 > x0:
-        return x, y
-    lo = max(0, int(np.searchsorted(x, x0, "left")) - 1)
-    hi = min(n, int(np.searchsorted(x, x1, "right")) + 1)
-    xs, ys = x[lo:hi], y[lo:hi]
-    if len(xs) <= (2 * bins if peak else bins) and not force:
-        return xs, ys
-    idx = np.floor((xs - x0) * (bins / (x1 - x0))).astype(np.int64)
-    starts = np.flatnonzero(np.diff(idx, prepend=idx[0] - 1))
-    if peak:
-        low, high = np.minimum.reduceat(ys, starts), np.maximum.reduceat(ys, starts)
-        at = x0 + (idx[starts] + 0.5) * ((x1 - x0) / bins)  # the pixel's middle, both values there
-        return np.repeat(at, 2), np.column_stack([low, high]).ravel()
-    counts = np.diff(np.append(starts, len(xs)))
-    return np.add.reduceat(xs, starts) / counts, np.add.reduceat(ys, starts) / counts
-
-
-class ScreenBins:
-    """`bin_for_screen` for one curve, again after each new round, binning only the new tail.
-
-    While the view (x0, x1, pixels) and `token` stay the same and the data only grew, the points
-    before the last bin are as they were (a history only gains rounds; a rolling mean or a running
-    sum of a longer history starts the same), so their bins are kept and only the last bin and the
-    points after it are binned again. Whoever changes earlier values (another rolling window,
-    another run) changes `token`."""
-
-    def __init__(self, peak: bool) -> None:
-        self.peak = peak
-        self._key: tuple | None = None
-        self._n = 0
-        self._tail = 0  # index of the first point of the last bin (its bin is redone next time)
-        self._head: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))  # the bins before it
-
-    def __call__(
-        self, x: np.ndarray, y: np.ndarray, x0: float, x1: float, bins: int, token: object = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        key = (x0, x1, bins, token)
-        n = len(x)
-        per = 2 * bins if self.peak else bins
-        grows = key == self._key and n >= self._n and self._tail > 0
-        self._key, self._n = key, n
-        # incremental only for what it is for: a long history in full view (nothing beyond x1,
-        # so the bins hold every point from the first bin on)
-        if n <= per or not x1 > x0 or x[-1] > x1 or x[0] < x0:
-            self._tail = 0
-            return bin_for_screen(x, y, x0, x1, bins, self.peak)
-        if not grows:
-            self._head = (np.empty(0), np.empty(0))
-            self._tail = 0
-        scale = bins / (x1 - x0)
-        hx, hy = self._head
-        tx, ty = x[self._tail :], y[self._tail :]
-        if self._tail and np.floor((tx[-1] - x0) * scale) == np.floor((tx[0] - x0) * scale):
-            # the usual case: the new points fall in the last bin, redone alone (a few calls, not ~15)
-            if self.peak:
-                at = x0 + (np.floor((tx[0] - x0) * scale) + 0.5) / scale
-                out = np.append(hx, (at, at)), np.append(hy, (ty.min(), ty.max()))
-            else:
-                # the same reduction as bin_for_screen's, so the same floats as binning everything
-                out = (
-                    np.append(hx, np.add.reduceat(tx, [0]) / len(tx)),
-                    np.append(hy, np.add.reduceat(ty, [0]) / len(ty)),
-                )
-            self._head = out[0][: len(hx)], out[1][: len(hy)]
-            return out
-        bx, by = bin_for_screen(tx, ty, x0, x1, bins, self.peak, force=True)
-        out = np.concatenate([hx, bx]), np.concatenate([hy, by])
-        # keep all but the last bin: its first point is where the next call starts (found with the
-        # same arithmetic as the binning's, not a boundary of its own that rounds differently)
-        idx = np.floor((x[self._tail :] - x0) * (bins / (x1 - x0)))
-        self._tail += int(np.searchsorted(idx, idx[-1], "left"))
-        keep = len(out[0]) - (2 if self.peak else 1)
-        self._head = out[0][:keep], out[1][:keep]
-        return out
-
-
 class RoundHistory:
     """Every figure of every completed round, by key; rounds only ever grow."""
 
@@ -379,9 +281,10 @@ class RoundHistory:
         return s.x, s.sums()[1:]
 
     def stacked(
-        self, groups: tuple[tuple[str, tuple[str, ...]], ...], window: int, prefix: str = "time/"
+        self, groups: tuple[tuple[str, tuple[str, ...]], ...], window: int, prefix: str = K.TIME_PREFIX
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Rolling means of groups of figures, stacked: (rounds, [band 1, band 1+2, ...]).
+        """Rolling means of groups of figures, stacked: (rounds, [band 1, band 1+2, ...]); `groups`:
+        (name, the figures' names after `prefix`), vocabulary.PHASE_BANDS for the time per phase.
 
         Rounds are those of any member; a figure missing in a round counts 0 there."""
         present = [
@@ -411,13 +314,10 @@ class RoundHistory:
         return x, bands
 
     def keys_under(self, prefix: str, skip: Iterable[str] = ()) -> list[str]:
-        """Keys `prefix/name` with a single level below the prefix, e.g. accuracy/<task>."""
+        """Keys `prefix/name` with a single level below the prefix, e.g. accuracy/<task>, but not
+        the keys in `skip` (accuracy/mean)."""
         skip = set(skip)
-        return sorted(
-            k
-            for k in self.series
-            if k.startswith(prefix) and "/" not in k[len(prefix) :] and k[len(prefix) :] not in skip
-        )
+        return sorted(k for k in self.series if k.startswith(prefix) and "/" not in k[len(prefix) :] and k not in skip)
 
     def last(self, key: str, default: float = float("nan")) -> float:
         s = self.series.get(key)
@@ -482,24 +382,24 @@ class SwarmModel:
         self.alone = not ev.peer_id
 
     def add_round(self, round: int, metrics: Mapping[str, float]) -> None:
-        if not any(k.startswith("swarm/") for k in metrics):
+        if not any(k.startswith(K.SWARM_PREFIX) for k in metrics):
             return
         self.rounds += 1
-        self.last_figures = {k: float(v) for k, v in metrics.items() if k.startswith("swarm/")}
+        self.last_figures = {k: float(v) for k, v in metrics.items() if k.startswith(K.SWARM_PREFIX)}
         for name in SWARM_TOTALS:
-            self.totals[name] += int(metrics.get(f"swarm/{name}", 0) or 0)
+            self.totals[name] += int(metrics.get(K.swarm_of(name), 0) or 0)
         for key, value in metrics.items():
-            for prefix in ("swarm/rejected/", "swarm/dht_rejected/"):
+            for prefix in (K.SWARM_REJECTED_PREFIX, K.SWARM_DHT_REJECTED_PREFIX):
                 if key.startswith(prefix) and value:
-                    where = "DHT: " if prefix == "swarm/dht_rejected/" else ""
+                    where = "DHT: " if prefix == K.SWARM_DHT_REJECTED_PREFIX else ""
                     self.rejections[where + rejection_words(key[len(prefix) :])] += int(value)
-        self.peers_now = int(metrics.get("swarm/peers", self.peers_now) or 0)
-        self.dht_peers = int(metrics.get("swarm/dht_peers", self.dht_peers) or 0)
-        self.ignored_peers = int(metrics.get("swarm/ignored_peers", self.ignored_peers) or 0)
+        self.peers_now = int(metrics.get(K.SWARM_PEERS, self.peers_now) or 0)
+        self.dht_peers = int(metrics.get(K.SWARM_DHT_PEERS, self.dht_peers) or 0)
+        self.ignored_peers = int(metrics.get(K.SWARM_IGNORED_PEERS, self.ignored_peers) or 0)
 
     def apply_progress(self, ev: P.Progress) -> bool:
         """Gather progress names the peer whose record is being verified."""
-        peer = ev.info.get("peer") if ev.phase == "gather" else None
+        peer = ev.info.get("peer") if ev.phase == K.GATHER else None
         if not peer:
             return False
         self.peers_seen[str(peer)] = ev.round
@@ -516,12 +416,7 @@ __all__ = [
     "RoundHistory",
     "SwarmModel",
     "rolling_mean",
-    "bin_for_screen",
-    "ScreenBins",
-    "PHASE_GROUPS",
     "rejection_words",
-    "PHASE_WORDS",
     "STATE_WORDS",
-    "TIME_PHASES",
     "SWARM_TOTALS",
 ]

@@ -31,6 +31,7 @@ from app.joining import JoiningBox
 from app.models import SwarmModel
 from sapo_core import __version__
 from sapo_core.config import NodeConfig
+from sapo_core.control.vocabulary import SWARM_PEERS_NEWER
 
 
 def _saved_config() -> NodeConfig | None:
@@ -169,7 +170,7 @@ class SwarmView(QWidget):
                 "<i>Setup again…</i> in the menu and join or host a swarm."
             )
         else:
-            newer = m.last_figures.get("swarm/peers_newer", 0.0)
+            newer = m.last_figures.get(SWARM_PEERS_NEWER, 0.0)
             self.notice.setText(
                 f"<b>In the swarm</b> as {m.node_name or 'this node'}: every round it publishes "
                 "its groups and trains on verified groups from peers."

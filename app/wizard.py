@@ -4,15 +4,15 @@ Three short pages. The swarm step offers: join a listed swarm, join by invitatio
 swarm on this network, train alone; it says which it picked first and why, warns when an
 invitation holds only private addresses, and says what is shared. The hardware scan runs in a
 child process (hardware_scan.py) while the user reads; the recommended model is preselected with
-the reason, the others are marked fits / slow / doesn't fit. `apply_choices` turns the answers into a NodeConfig (a pure
-function, tested without a display); the window saves it as node.toml and starts the node.
+the reason, the others are marked fits / slow / doesn't fit. The answers are `SetupChoices`, which
+`apply_choices` turns into a NodeConfig (app/setup_choices.py: pure functions, tested without a
+display); the window saves it as node.toml and starts the node.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
@@ -38,153 +38,28 @@ from PySide6.QtWidgets import (
 )
 
 from app.hardware_scan import HardwareReport, HardwareScan
+from app.setup_choices import (
+    ALONE,
+    HOST,
+    JOIN,
+    LISTED,
+    SHARED_WORDS,
+    SetupChoices,
+    address_problem,
+    address_warning,
+    apply_choices,
+    choices_from_config,
+    default_swarm_choice,
+)
 from app.theme import status_colours, style_sheet
 from sapo_core.catalog import FITS, NO_FIT, SLOW
-from sapo_core.config import NodeConfig, RoundConfig
-from sapo_core.swarm.invitations import InvitationError, apply_invitation, parse_invitation
-from sapo_core.swarm.reachability import is_private
-from sapo_core.swarm.swarmlist import SwarmEntry, SwarmListError, apply_swarm, load_swarms
-
-JOIN, LISTED, HOST, ALONE = "join", "listed", "host", "alone"  # JOIN: by invitation (or a bare address)
-SHARED_WORDS = (
-    "In a swarm this computer shares, with every peer: the questions it drew, the answers its model "
-    "wrote and their scores, its peer id, and its IP address (peers and relays see it, as in any "
-    "peer-to-peer app). Nothing else: no files, no names, no other data."
-)
+from sapo_core.config import NodeConfig
+from sapo_core.swarm.swarmlist import SwarmEntry, SwarmListError, load_swarms
 
 
 def verdict_colours() -> dict[str, str]:
     c = status_colours()
     return {FITS: c["ok"], SLOW: c["warning"], NO_FIT: c["error"]}
-
-
-@dataclass(frozen=True)
-class SetupChoices:
-    model: str = "auto"
-    swarm: str = HOST  # join, listed, host, alone
-    address: str = ""  # the invitation (sapo://join/...) or the multiaddr to join through
-    listed: str = ""  # the listed swarm's name, for LISTED
-    lan_discovery: bool = True
-    throttle: float = 0.5
-    threads: int = 0
-    pause_on_battery: bool = True
-    only_when_idle: bool = False
-
-
-def address_problem(text: str) -> str:
-    """'' if `text` is an invitation or a multiaddr a node can join through, else what is wrong with it."""
-    text = text.strip()
-    if not text:
-        return "Paste the invitation (sapo://join/…) or the invite address another volunteer's Swarm tab shows."
-    if text.startswith("sapo:"):
-        try:
-            parse_invitation(text)
-        except InvitationError as e:
-            return f"This invitation cannot be used: {e}."
-        return ""
-    if not text.startswith("/") or "/p2p/" not in text:
-        return (
-            "An invitation starts with sapo://join/; an invite address looks like "
-            "/ip4/203.0.113.5/tcp/31337/p2p/Qm… (it ends in /p2p/ and a peer id)."
-        )
-    return ""
-
-
-def address_warning(text: str) -> str:
-    """A warning for a usable invitation or address that only works on its own network, else ''."""
-    text = text.strip()
-    if address_problem(text):
-        return ""
-    if text.startswith("sapo:"):
-        return " ".join(parse_invitation(text).warnings())
-    if is_private(text):
-        return (
-            "This address is private (a home or office network): it works only from the same network. From "
-            "elsewhere, ask for an invitation with a public address."
-        )
-    return ""
-
-
-def default_swarm_choice(
-    cfg: NodeConfig | None, swarms: list[SwarmEntry], invitation: str = ""
-) -> tuple[str, str, str]:
-    """(choice, listed swarm name, why) the swarm step starts with; never a silent swarm of one."""
-    if invitation:
-        return JOIN, "", "You opened an invitation: it is filled in below."
-    if cfg is not None:
-        c = choices_from_config(cfg)
-        return c.swarm, c.listed, "Your current setting."
-    with_peers = [e for e in swarms if e.bootstrap]
-    if with_peers:
-        return (
-            LISTED,
-            with_peers[0].name,
-            f"The listed swarm '{with_peers[0].name}' has bootstrap peers to join through.",
-        )
-    return (
-        HOST,
-        "",
-        (
-            "No listed swarm has bootstrap peers (this project has no public servers), so this computer "
-            "starts a swarm on this network: computers here running SAPO Swarm join it by themselves, and "
-            "others anywhere with the invitation the Swarm tab shows. Until someone joins, it trains "
-            "alone, and the Swarm tab says so."
-        ),
-    )
-
-
-def apply_choices(base: NodeConfig, c: SetupChoices, swarms: list[SwarmEntry] | None = None) -> NodeConfig:
-    """The config the node runs with after the setup (other settings of `base` are kept)."""
-    external = base.round.external_groups or RoundConfig().external_groups
-    changes = {
-        "model.name": c.model,
-        "control.throttle": c.throttle,
-        "sampler.threads": c.threads,
-        "control.pause_on_battery": c.pause_on_battery,
-        "control.only_when_idle": c.only_when_idle,
-    }
-    if c.swarm == ALONE:
-        changes.update({"swarm.enabled": False, "round.external_groups": 0})
-        return base.replace(**changes)
-    changes.update(
-        {
-            "swarm.enabled": True,
-            "round.external_groups": external,
-            "swarm.lan_discovery": c.lan_discovery,
-            "swarm.listed_swarm": "",
-        }
-    )
-    cfg = base.replace(**changes)
-    if c.swarm == LISTED:
-        entry = next((e for e in swarms or [] if e.name == c.listed), None)
-        if entry is None:
-            raise ValueError(f"no listed swarm is called '{c.listed}'")
-        return apply_swarm(cfg, entry)
-    if c.swarm == JOIN and c.address.strip().startswith("sapo:"):
-        return apply_invitation(cfg, parse_invitation(c.address))
-    peers = [c.address.strip()] if c.swarm == JOIN else []
-    return cfg.replace(**{"swarm.initial_peers": peers})
-
-
-def choices_from_config(cfg: NodeConfig) -> SetupChoices:
-    """Start a repeated setup from what the node runs with now."""
-    if not cfg.swarm.enabled or cfg.round.external_groups == 0:
-        swarm = ALONE
-    elif cfg.swarm.listed_swarm:
-        swarm = LISTED
-    else:
-        swarm = JOIN if cfg.swarm.initial_peers else HOST
-    return SetupChoices(
-        model=cfg.model.name,
-        swarm=swarm,
-        address=(cfg.swarm.initial_peers or [""])[0],
-        listed=cfg.swarm.listed_swarm,
-        lan_discovery=cfg.swarm.lan_discovery,
-        throttle=cfg.control.throttle,
-        threads=cfg.sampler.threads,
-        pause_on_battery=cfg.control.pause_on_battery,
-        only_when_idle=cfg.control.only_when_idle,
-    )
 
 
 def _heading(text: str, sub: str) -> QLabel:
@@ -334,24 +209,7 @@ class SetupWizard(QDialog):
         bold = QFont()
         bold.setBold(True)
         for m in sorted(report.models, key=lambda m: m.usefulness()):
-            star = "  ★" if m.id == report.recommended else ""
-            size = (
-                (f"{m.download_gb * 1000:,.0f} MB" if m.download_gb < 1 else f"{m.download_gb:.1f} GB")
-                if m.download_gb
-                else ""
-            )
-            here = ("✓ here" if size else "included") if m.downloaded else size or "?"
-            item = QTreeWidgetItem(
-                [
-                    m.id + star,
-                    m.status,
-                    f"{m.params / 1e6:,.0f} M" if m.params else "?",
-                    f"{size} {here}".strip() if m.downloaded and size else here,
-                    f"{m.rounds_per_hour:.0f}",
-                    f"{m.memory_gb:.1f} GB",
-                    m.license or "?",
-                ]
-            )
+            item = QTreeWidgetItem(m.row(report.recommended))
             item.setData(0, Qt.ItemDataRole.UserRole, m.id)
             item.setForeground(1, QBrush(QColor(verdict_colours().get(m.status, status_colours()["plain"]))))
             for c in range(7):
@@ -622,16 +480,4 @@ class SetupWizard(QDialog):
         super().done(result)
 
 
-__all__ = [
-    "SetupWizard",
-    "SetupChoices",
-    "apply_choices",
-    "choices_from_config",
-    "address_problem",
-    "address_warning",
-    "default_swarm_choice",
-    "JOIN",
-    "LISTED",
-    "HOST",
-    "ALONE",
-]
+__all__ = ["SetupWizard", "verdict_colours"]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sapo_core.control import vocabulary as K
 from sapo_core.store import RunStore
 
 
@@ -31,14 +32,14 @@ def start_of_week(now: float | None = None) -> float:
 
 
 TOTALS_KEYS = (
-    "cpu/seconds",
-    "groups/external",
-    "groups/local",
-    "round/group_size",
-    "tokens/sampled",
-    "groups/trained",
-    "swarm/published",
-    "swarm/peers",
+    K.CPU_SECONDS,
+    K.GROUPS_EXTERNAL,
+    K.GROUPS_LOCAL,
+    K.ROUND_GROUP_SIZE,
+    K.TOKENS_SAMPLED,
+    K.GROUPS_TRAINED,
+    K.SWARM_PUBLISHED,
+    K.SWARM_PEERS,
 )
 
 
@@ -95,7 +96,7 @@ def daily_activity(store: RunStore, days: int = 7, now: float | None = None) -> 
     """(start, end, cpu seconds) of each round in the last `days` days, for bars on a clock axis:
     the gaps between them are the pauses."""
     since = start_of_today(now) - (days - 1) * 86400
-    return [(s, e, f[0]) for s, e, f in store.spans(since, ("cpu/seconds",))]
+    return [(s, e, f[0]) for s, e, f in store.spans(since, (K.CPU_SECONDS,))]
 
 
 def receipt_totals(store: RunStore, since: float = 0.0, ignored: Iterable[str] = ()) -> dict[str, int]:
@@ -131,21 +132,21 @@ class HeldOutSummary:
 
 def held_out_summary(store: RunStore, until_round: int | None = None) -> HeldOutSummary | None:
     """The newest evaluation against the base model, or None when no evaluation has run."""
-    rounds, rates = store.series("eval/solve_rate")
+    rounds, rates = store.series(K.EVAL_SOLVE_RATE)
     pairs = [(r, v) for r, v in zip(rounds, rates) if until_round is None or r <= until_round]
     if not pairs:
         return None
     r, now = pairs[-1]
     m = next(row.metrics for row in store.rounds(since=r - 1, limit=1))
-    base_rounds, bases = store.series("eval/solve_rate_base")
-    base = m.get("eval/solve_rate_base", bases[0] if bases else pairs[0][1])
+    base_rounds, bases = store.series(K.EVAL_SOLVE_RATE_BASE)
+    base = m.get(K.EVAL_SOLVE_RATE_BASE, bases[0] if bases else pairs[0][1])
     return HeldOutSummary(
         base=base,
         now=now,
         round=r,
-        gain=m.get("eval/gain", now - base),
-        ci_low=m.get("eval/gain_ci_low"),
-        ci_high=m.get("eval/gain_ci_high"),
+        gain=m.get(K.EVAL_GAIN, now - base),
+        ci_low=m.get(K.EVAL_GAIN_CI_LOW),
+        ci_high=m.get(K.EVAL_GAIN_CI_HIGH),
     )
 
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sapo_core.control.vocabulary import CPU_SECONDS, SWARM_PUBLISHED
 from sapo_core.store import RunStore
 
 DAYS = 14  # days shown, today included
@@ -130,9 +131,7 @@ def contribution_by_day(store: RunStore, now: float | None = None, days: int = D
     now = time.time() if now is None else now
     bounds = day_bounds(now, days)
     first, last = bounds[0][1], bounds[-1][2]
-    rows = [
-        (s, e, f[0], f[1]) for s, e, f in store.spans(since=first, keys=("cpu/seconds", "swarm/published")) if s < last
-    ]
+    rows = [(s, e, f[0], f[1]) for s, e, f in store.spans(since=first, keys=(CPU_SECONDS, SWARM_PUBLISHED)) if s < last]
     spans = [(s, e) for s, e, _, _ in rows]
     pause_s = pause_after(spans)
     running = [[max(s, first), min(e, last)] for s, e in running_intervals(spans, pause_s)]

@@ -25,11 +25,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sapo_core.control.vocabulary import DOWNLOAD
 from sapo_core.hooks import Interrupted
 
 log = logging.getLogger(__name__)
 
-PHASE = "download"  # Progress.phase of a model download (the node is still starting: round 0)
+PHASE = DOWNLOAD  # Progress.phase of a model download (the node is still starting: round 0)
 RATE_WINDOW_SECONDS = 10.0  # the rate is measured over about this much recent time
 
 

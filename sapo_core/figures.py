@@ -1,8 +1,9 @@
 """The round's figures: what it sampled, scored and trained, and how long each phase took.
 
-Keys are namespaced (`reward/mean`, `groups/external`, `time/sample`...) and land in the run
-store's row for the round, which the dashboard, `sapo-node stats` and the benchmarks read.
-`reward/sum` is per question, as the SAPO paper sums rewards over rounds.
+Keys are namespaced (`reward/mean`, `groups/external`, `time/sample`...), declared with the
+round's phases in sapo_core/control/vocabulary.py, and land in the run store's row for the
+round, which the dashboard, `sapo-node stats` and the benchmarks read. `reward/sum` is per
+question, as the SAPO paper sums rewards over rounds.
 """
 
 from __future__ import annotations
@@ -12,19 +13,22 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
+from sapo_core.control import vocabulary as K
 from sapo_core.rollouts import Group
 from sapo_core.roundshape import RoundShape
 from sapo_core.sampler import SampledSequence
 
 
 class PhaseTimer:
-    """Wall seconds per phase of a round: `with timer("sample"): ...` (phases may repeat)."""
+    """Wall seconds per phase of a round: `with timer(SAMPLE): ...` (phases may repeat; each one of
+    vocabulary.PHASE_NAMES, so its time lands in a band of the dashboard's plot)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
 
     @contextlib.contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
+        assert phase in K.PHASE_NAMES, f"{phase!r} is not a phase of vocabulary.PHASES"
         t0 = time.perf_counter()
         try:
             yield
@@ -48,35 +52,35 @@ def round_figures(
         per_task[g.question.id.dataset].extend(g.rewards)
     rewards = [x for g in local for x in g.rewards]
     m: dict[str, float] = {
-        "reward/mean": _mean(rewards),
-        "reward/sum": float(sum(rewards)) / max(1, shape.group_size),
-        "accuracy/mean": _solved(rewards),
-        "groups/local": float(len(local)),
-        "groups/local_with_signal": float(sum(g.has_signal() for g in local)),
-        "groups/external": float(len(external)),
-        "groups/external_share": len(external) / max(1, len(local) + len(external)),
-        "groups/trained": float(trained_groups),
-        "round/local_groups": float(shape.local),
-        "round/external_groups": float(shape.external),
-        "round/group_size": float(shape.group_size),
+        K.REWARD_MEAN: _mean(rewards),
+        K.REWARD_SUM: float(sum(rewards)) / max(1, shape.group_size),
+        K.ACCURACY_MEAN: _solved(rewards),
+        K.GROUPS_LOCAL: float(len(local)),
+        K.GROUPS_LOCAL_WITH_SIGNAL: float(sum(g.has_signal() for g in local)),
+        K.GROUPS_EXTERNAL: float(len(external)),
+        K.GROUPS_EXTERNAL_SHARE: len(external) / max(1, len(local) + len(external)),
+        K.GROUPS_TRAINED: float(trained_groups),
+        K.ROUND_LOCAL_GROUPS: float(shape.local),
+        K.ROUND_EXTERNAL_GROUPS: float(shape.external),
+        K.ROUND_GROUP_SIZE: float(shape.group_size),
     }
     for task, level in levels.items():
-        m[f"curriculum/{task}_level"] = float(level)
+        m[K.curriculum_level_of(task)] = float(level)
     for task, xs in per_task.items():
-        m[f"reward/{task}"] = _mean(xs)
-        m[f"accuracy/{task}"] = _solved(xs)
+        m[K.reward_of(task)] = _mean(xs)
+        m[K.accuracy_of(task)] = _solved(xs)
     if external:
-        m["reward/external_mean"] = _mean([x for g in external for x in g.rewards])
+        m[K.REWARD_EXTERNAL_MEAN] = _mean([x for g in external for x in g.rewards])
     seqs = [s for group in samples for s in group]
     n_tok = sum(len(s.token_ids) for s in seqs)
-    m["tokens/sampled"] = float(n_tok)
-    m["completions/mean_tokens"] = n_tok / max(1, len(seqs))
-    m["completions/finished_frac"] = _mean([1.0 if s.finished else 0.0 for s in seqs])
-    sample_s = seconds.get("sample", 0.0)
-    m["sampler/tok_per_s"] = n_tok / sample_s if sample_s > 0 else 0.0
-    m["sampler/backend_llamacpp"] = 1.0 if sampler_name == "llamacpp" else 0.0
+    m[K.TOKENS_SAMPLED] = float(n_tok)
+    m[K.COMPLETIONS_MEAN_TOKENS] = n_tok / max(1, len(seqs))
+    m[K.COMPLETIONS_FINISHED_FRAC] = _mean([1.0 if s.finished else 0.0 for s in seqs])
+    sample_s = seconds.get(K.SAMPLE, 0.0)
+    m[K.SAMPLER_TOK_PER_S] = n_tok / sample_s if sample_s > 0 else 0.0
+    m[K.SAMPLER_BACKEND_LLAMACPP] = 1.0 if sampler_name == "llamacpp" else 0.0
     for phase, secs in seconds.items():
-        m[f"time/{phase}"] = secs
+        m[K.time_of(phase)] = secs
     return m
 
 

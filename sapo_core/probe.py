@@ -1,6 +1,6 @@
 """What a round costs on this machine, measured once and cached: the round-time estimates' basis.
 
-The formula in catalog.py guesses a round from throughput anchors and answers as long as
+The formula in estimates.py guesses a round from throughput anchors and answers as long as
 max_new_tokens; real rounds of the embedded model took a fraction of that (docs/calibration.md,
 'Round-time estimates'),
 so larger models were wrongly called slow. `sapo-node hardware --probe` (`commands/hardware.py`,
@@ -14,7 +14,7 @@ round is kept) and records here what they cost:
 - `completion_tokens`, `prompt_tokens`: how long the answers and prompts really were;
 - `overhead_seconds`: the rest of the round (scoring, syncing the sampler, saving).
 
-`catalog.estimate_round(..., probe=)` scales these by parameters for other models (a bigger
+`estimates.estimate_round(..., probe=)` scales these by parameters for other models (a bigger
 model cannot be run here without downloading it) and by cores when the profile differs.
 The cache (`probe.json` in the cache directory) is keyed by the machine: CPU model, cores,
 RAM, threads, torch and llama.cpp versions. This module only reads, writes and derives; it
@@ -30,6 +30,8 @@ import platform
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from sapo_core.control import vocabulary as K
 
 log = logging.getLogger(__name__)
 
@@ -144,19 +146,20 @@ def probe_from_metrics(
     m: dict[str, float], machine: str, model_id: str, params: int, threads: int, questions: int
 ) -> Probe:
     """A probe from one round's metrics (the node's store keys)."""
-    sample, update, rnd = m.get("time/sample", 0.0), m.get("time/update", 0.0), m.get("time/round", 0.0)
-    comp_tokens = m.get("completions/mean_tokens", 0.0)
+    sample, update = m.get(K.time_of(K.SAMPLE), 0.0), m.get(K.time_of(K.UPDATE), 0.0)
+    rnd = m.get(K.TIME_ROUND, 0.0)
+    comp_tokens = m.get(K.COMPLETIONS_MEAN_TOKENS, 0.0)
     # packed: tokens = K x (questions x prompt + completions x (answer + stop))
-    steps = max(1.0, m.get("train/steps", 1.0))
-    per_step = m.get("train/tokens", 0.0) / steps
-    prompt = max(0.0, (per_step - m.get("train/completion_tokens", 0.0)) / max(1, questions))
+    steps = max(1.0, m.get(K.TRAIN_STEPS, 1.0))
+    per_step = m.get(K.TRAIN_TOKENS, 0.0) / steps
+    prompt = max(0.0, (per_step - m.get(K.TRAIN_COMPLETION_TOKENS, 0.0)) / max(1, questions))
     return Probe(
         machine=machine,
         model_id=model_id,
         params=params,
         threads=threads,
-        sample_tok_s=m.get("sampler/tok_per_s", 0.0),
-        train_tok_s=m.get("train/tok_per_s", 0.0),
+        sample_tok_s=m.get(K.SAMPLER_TOK_PER_S, 0.0),
+        train_tok_s=m.get(K.TRAIN_TOK_PER_S, 0.0),
         completion_tokens=comp_tokens,
         prompt_tokens=prompt,
         overhead_seconds=max(0.0, rnd - sample - update),

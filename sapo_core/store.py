@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sapo_core.control.vocabulary import CPU_SECONDS
 from sapo_core.cpu import tree_cpu_seconds
 
 SCHEMA_VERSION = 1
@@ -98,9 +99,9 @@ class RunStore:
     # --- rounds -----------------------------------------------------------------------------
     def record_round(self, round: int, metrics: dict[str, float], started: float, ended: float | None = None) -> None:
         ended = time.time() if ended is None else ended
-        if "cpu/seconds" not in metrics:  # CPU given since the previous row (or since the store opened)
+        if CPU_SECONDS not in metrics:  # CPU given since the previous row (or since the store opened)
             now = tree_cpu_seconds()
-            metrics = {**metrics, "cpu/seconds": max(0.0, now - self._cpu_mark)}
+            metrics = {**metrics, CPU_SECONDS: max(0.0, now - self._cpu_mark)}
             self._cpu_mark = now
         with self._db:
             self._db.execute(

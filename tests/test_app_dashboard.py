@@ -152,8 +152,8 @@ def test_long_histories_are_binned_for_the_pixels_and_again_when_zoomed(qtbot):
     h, view = _shown_long(qtbot)
     vb = view.plots["reward"].getViewBox()
     pixels = int(vb.width())
-    raw, rolling = view.curves["reward/raw"], view.curves["reward/rolling"]
-    assert view.points("reward/raw") == 5000  # what it was given
+    raw, rolling = view.curves["reward:raw"], view.curves["reward:rolling"]
+    assert view.points("reward:raw") == 5000  # what it was given
     assert len(raw.xData) <= 2 * pixels + 2 and len(rolling.xData) <= pixels + 2  # what it draws
     _, y = h.get("reward/mean")
     assert raw.yData.max() == y.max() and raw.yData.min() == y.min()  # peaks kept: no spike lost
@@ -170,10 +170,10 @@ def test_long_histories_are_binned_for_the_pixels_and_again_when_zoomed(qtbot):
     vb.enableAutoRange(x=True)  # the "A" button: follow every round again
     h.add(5001, demo_metrics(5001, random.Random(1)))
     view.refresh()
-    before = view.curves["reward/rolling"].yData.copy()
+    before = view.curves["reward:rolling"].yData.copy()
     h.add(5002, demo_metrics(5002, random.Random(2)))
     view.refresh()  # the round axis stays at 5,600 (it steps every 100 rounds here)
-    after = view.curves["reward/rolling"].yData
+    after = view.curves["reward:rolling"].yData
     assert len(after) >= len(before) - 1 and np.array_equal(after[: len(before) - 1], before[:-1])
 
 
@@ -183,11 +183,11 @@ def test_short_histories_get_dots_that_go_when_the_history_grows(qtbot):
     h = _history(3)
     view = DashboardView(h)
     qtbot.addWidget(view)
-    dots = view._dots["reward/rolling"]
-    assert dots.data["x"].tolist() == [1, 2, 3] and "reward/raw" not in view._dots
+    dots = view._dots["reward:rolling"]
+    assert dots.data["x"].tolist() == [1, 2, 3] and "reward:raw" not in view._dots
     h.add_many((r, demo_metrics(r, random.Random(r))) for r in range(4, DOTS_UP_TO + 2))
     view.refresh()
-    assert "reward/rolling" not in view._dots and dots.scene() is None
+    assert "reward:rolling" not in view._dots and dots.scene() is None
 
 
 def test_curriculum_changes_are_marked(qtbot):
@@ -265,7 +265,7 @@ def test_a_long_curve_keeps_what_it_shows_while_no_point_moves_half_a_pixel(qtbo
             elif view.points(key) > 200:
                 given += 1
     assert kept > 0 and given > 0  # some curves were left as drawn, some moved and were drawn again
-    assert view.points("reward/raw") == 5040
+    assert view.points("reward:raw") == 5040
     # zoomed into the y axis: what was less than half a pixel off may be more now, and is drawn
     stale = [k for k in view._stale if view._plot_of[k] == "reward"]
     assert stale

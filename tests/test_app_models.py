@@ -6,25 +6,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.binning import ScreenBins, bin_for_screen
 from app.eventlog import EventLog, readable_error
 from app.hardware_scan import HardwareReport
 from app.main import display_available
 from app.models import (
-    PHASE_GROUPS,
     NodeStatus,
     RoundHistory,
-    ScreenBins,
     Series,
     SwarmModel,
-    bin_for_screen,
     rejection_words,
     rolling_mean,
 )
-from app.wizard import ALONE, HOST, JOIN, SetupChoices, address_problem, apply_choices, choices_from_config
+from app.setup_choices import ALONE, HOST, JOIN, SetupChoices, address_problem, apply_choices, choices_from_config
 from sapo_core.catalog import choose_model, load_catalogue
 from sapo_core.commands.hardware import report
 from sapo_core.config import NodeConfig, RoundConfig
 from sapo_core.control import protocol as P
+from sapo_core.control.vocabulary import PHASE_BANDS
 from sapo_core.hardware import HardwareProfile
 
 PEER = "/ip4/203.0.113.5/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
@@ -119,7 +118,7 @@ def test_stacked_bands_add_up_and_missing_phases_count_zero():
     h = RoundHistory()
     h.add(1, {"time/sample": 2.0, "time/update": 3.0, "time/score": 1.0})
     h.add(2, {"time/sample": 4.0, "time/update": 1.0, "time/score": 1.0, "time/share": 2.0})
-    x, bands = h.stacked(PHASE_GROUPS, window=1)
+    x, bands = h.stacked(PHASE_BANDS, window=1)
     assert x.tolist() == [1, 2]
     sampling, training, sharing, other = (b.tolist() for b in bands)
     assert sampling == [2, 4] and training == [5, 5] and sharing == [5, 7] and other == [6, 8]

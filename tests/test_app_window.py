@@ -71,14 +71,14 @@ def test_the_plot_gains_a_point_when_a_round_ends(qtbot, window):
     # the tiny model's rounds take about a second: later rounds may land before we look
     qtbot.waitUntil(
         lambda: (
-            window.history.last_round >= ev.round and window.dashboard.points("reward/raw") == window.history.rounds
+            window.history.last_round >= ev.round and window.dashboard.points("reward:raw") == window.history.rounds
         ),
         timeout=5000,
     )  # redraws are coalesced (100 ms)
-    x = list(window.dashboard.curves["reward/raw"].xData)
-    y = window.dashboard.curves["reward/raw"].yData
+    x = list(window.dashboard.curves["reward:raw"].xData)
+    y = window.dashboard.curves["reward:raw"].yData
     assert ev.round in x and y[x.index(ev.round)] == pytest.approx(ev.metrics["reward/mean"])
-    assert window.dashboard.points("reward/rolling") == window.history.rounds
+    assert window.dashboard.points("reward:rolling") == window.history.rounds
     assert f"round {ev.round} done" in window.log.text()
     assert label_state(window) == P.RUNNING and "Running" in window.panel.state_label.text()
     assert "tiny-random" in window.panel.resources_label.text()
@@ -188,12 +188,12 @@ def test_the_history_comes_back_in_a_new_window(qtbot, window):
     try:
         with qtbot.waitSignal(again.loader.loaded, timeout=30_000):
             again.load_history(store_path(window.saved_config.run_dir))
-        qtbot.waitUntil(lambda: again.dashboard.points("reward/raw") >= window.history.rounds - 1, timeout=5000)
+        qtbot.waitUntil(lambda: again.dashboard.points("reward:raw") >= window.history.rounds - 1, timeout=5000)
         n = again.history.rounds
         # the node runs on: the store may hold a round whose event has not reached the window yet
         m = min(n, window.history.rounds)
         assert m >= 2 and (again.history.get("reward/mean")[1][:m] == window.history.get("reward/mean")[1][:m]).all()
-        assert again.dashboard.points("reward/raw") == n
+        assert again.dashboard.points("reward:raw") == n
     finally:
         again.deleteLater()
 

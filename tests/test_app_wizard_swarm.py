@@ -7,19 +7,19 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from app.wizard import (
+from app.setup_choices import (
     ALONE,
     HOST,
     JOIN,
     LISTED,
     SetupChoices,
-    SetupWizard,
     address_problem,
     address_warning,
     apply_choices,
     choices_from_config,
     default_swarm_choice,
 )
+from app.wizard import SetupWizard
 from sapo_core.config import NodeConfig
 from sapo_core.swarm.invitations import make_invitation
 from sapo_core.swarm.swarmlist import SwarmEntry

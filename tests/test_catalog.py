@@ -21,11 +21,10 @@ from sapo_core.catalog import (
     SLOW,
     CatalogError,
     choose_model,
-    estimate_memory,
-    estimate_round,
     load_catalogue,
 )
 from sapo_core.config import NodeConfig
+from sapo_core.estimates import estimate_memory, estimate_round
 from sapo_core.hardware import HardwareProfile
 
 CAT = load_catalogue()

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from sapo_core.catalog import FITS, SLOW, choose_model, estimate_round, load_catalogue
+from sapo_core.catalog import FITS, SLOW, choose_model, load_catalogue
 from sapo_core.config import NodeConfig
+from sapo_core.estimates import estimate_round
 from sapo_core.hardware import HardwareProfile
 from sapo_core.probe import Probe, load_probe, machine_key, probe_from_metrics, save_probe
 

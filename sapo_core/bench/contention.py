@@ -44,6 +44,7 @@ import psutil
 from sapo_core.bench.settings import add_set_argument, node_config
 from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
+from sapo_core.control import vocabulary as K
 from sapo_core.control.client import NodeClient
 
 EMBEDDED = "smollm2-135m-instruct"
@@ -179,11 +180,11 @@ def _run_setup(args: argparse.Namespace, setup: str, cases: list[int]) -> dict[i
                 m = done.metrics
                 kept = during / solo if solo > 0 else float("nan")
                 out[k] = {
-                    "round": m.get("time/round", 0.0),
-                    "update": m.get("time/update", 0.0),
-                    "sample": m.get("time/sample", 0.0),
-                    "train_tok_s": m.get("train/tok_per_s", 0.0),
-                    "sample_tok_s": m.get("sampler/tok_per_s", 0.0),
+                    "round": m.get(K.TIME_ROUND, 0.0),
+                    "update": m.get(K.time_of(K.UPDATE), 0.0),
+                    "sample": m.get(K.time_of(K.SAMPLE), 0.0),
+                    "train_tok_s": m.get(K.TRAIN_TOK_PER_S, 0.0),
+                    "sample_tok_s": m.get(K.SAMPLER_TOK_PER_S, 0.0),
                     "kept": kept,
                     "load": load0,
                     "threads": float(threads["n"]),

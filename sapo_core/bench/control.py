@@ -35,9 +35,10 @@ from sapo_core.bench.settings import add_set_argument, node_config
 from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
 from sapo_core.control.client import NodeClient
+from sapo_core.control.vocabulary import SAMPLE, UPDATE
 from sapo_core.cpu import tree_cpu_seconds
 
-INSIDE_ROUND = ("sample", "update")
+INSIDE_ROUND = (SAMPLE, UPDATE)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

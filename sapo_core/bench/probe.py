@@ -1,7 +1,7 @@
 """`sapo-bench probe`: the round-time estimate from this machine's probe against a real round.
 
 `sapo-node hardware --probe` (`commands/hardware.py`, `run_probe`) times two small real rounds of
-the embedded model (2 questions x 4 completions of at most 64 tokens); `catalog.estimate_round`
+the embedded model (2 questions x 4 completions of at most 64 tokens); `estimates.estimate_round`
 scales what they cost to any configuration and model. This benchmark runs the probe (into a
 temporary cache: the user's own probe is left alone), then one real round of the default shape
 training alone (`--local` questions x G = 8 of at most 128 tokens, every group trained through a
@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from sapo_core.bench.settings import add_set_argument, node_config
+from sapo_core.control import vocabulary as K
 
 GOAL = 1.5
 
@@ -26,8 +27,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sapo_core.catalog import estimate_round, load_catalogue
+    from sapo_core.catalog import load_catalogue
     from sapo_core.commands.hardware import run_probe
+    from sapo_core.estimates import estimate_round
     from sapo_core.hardware import detect_hardware
     from sapo_core.node import Node
 
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         node = Node(cfg)
         node.setup()
         try:
-            measured = node.run_round()["time/round"]
+            measured = node.run_round()[K.TIME_ROUND]
         finally:
             node.close()
     ratio = estimate.seconds / measured

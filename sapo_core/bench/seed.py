@@ -28,6 +28,7 @@ from pathlib import Path
 
 from sapo_core.bench.swarm import _groups, _pct
 from sapo_core.config import SwarmConfig, TaskConfig
+from sapo_core.control import vocabulary as K
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -191,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             times = []
             for p in order:
                 p.gather(r, args.want, random.Random(rng.random()))
-                times.append(p.stats()["swarm/gather_s"])
+                times.append(p.stats()[K.SWARM_GATHER_S])
             rss, _, _ = _usage(seed.pid)
             if r:
                 gather_s += times

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 from sapo_core.config import NodeConfig, SwarmConfig, TaskConfig
+from sapo_core.control import vocabulary as K
 from sapo_core.rollouts import Completion, Group
 
 FIELDS = (  # the columns of soak.csv, one row a round
@@ -355,12 +356,12 @@ def round_row(ev, wall_s: float, usage: dict, run_dir: Path, peers, app: dict) -
     return {
         "round": ev.round,
         "wall_s": round(wall_s, 1),
-        "round_s": round(ev.metrics.get("time/round", math.nan), 2),
+        "round_s": round(ev.metrics.get(K.TIME_ROUND, math.nan), 2),
         **{k: round(v, 1) for k, v in usage.items()},
         "disk_mb": round(disk_mb(run_dir), 2),
         "store_mb": round(disk_mb(run_dir, "rounds.sqlite"), 4),  # with its journal
         "peers_live": len(peers.live),
-        "external_groups": ev.metrics.get("groups/external", 0),
+        "external_groups": ev.metrics.get(K.GROUPS_EXTERNAL, 0),
         "app_rss_mb": app.get("rss_mb", math.nan),
         "app_redraw_ms": app.get("redraw_cpu_ms", math.nan),
     }

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sapo_core.config import SwarmConfig, TaskConfig
+from sapo_core.control import vocabulary as K
 from sapo_core.rollouts import Completion, Group
 
 _WORDS = (
@@ -114,14 +115,14 @@ def _open_peers(cfg: SwarmConfig, n: int, tmp: Path) -> list:
 
 def _round_line(r: int, s: list[dict]) -> str:
     """One measured round, from every peer's swarm figures."""
-    zero = sum(x.get("swarm/rejected/zero_advantage", 0) for x in s)
+    zero = sum(x.get(K.swarm_rejected("zero_advantage"), 0) for x in s)
     return (
-        f"round {r}: gather p50 {_pct([x['swarm/gather_s'] for x in s], 50):.3f} s "
-        f"max {max(x['swarm/gather_s'] for x in s):.3f} s, publish max "
-        f"{max(x['swarm/publish_s'] for x in s):.3f} s, records read/peer "
-        f"{statistics.mean(x['swarm/records'] for x in s):.1f}, groups used/peer "
-        f"{statistics.mean(x['swarm/used'] for x in s):.1f}, rejected "
-        f"{sum(x['swarm/rejected'] for x in s) - zero:.0f} (+{zero:.0f} zero-advantage)"
+        f"round {r}: gather p50 {_pct([x[K.SWARM_GATHER_S] for x in s], 50):.3f} s "
+        f"max {max(x[K.SWARM_GATHER_S] for x in s):.3f} s, publish max "
+        f"{max(x[K.SWARM_PUBLISH_S] for x in s):.3f} s, records read/peer "
+        f"{statistics.mean(x[K.SWARM_RECORDS] for x in s):.1f}, groups used/peer "
+        f"{statistics.mean(x[K.SWARM_USED] for x in s):.1f}, rejected "
+        f"{sum(x[K.SWARM_REJECTED] for x in s) - zero:.0f} (+{zero:.0f} zero-advantage)"
     )
 
 
@@ -167,14 +168,14 @@ def run(args: argparse.Namespace) -> int:
             if r == 0:
                 continue  # warm-up: ReasoningGYM builds each peer's datasets on first use
             s = list(stats.values())
-            gather_s += [x["swarm/gather_s"] for x in s]
-            publish_s += [x["swarm/publish_s"] for x in s]
-            bytes_in += [x["swarm/bytes_in"] for x in s]
-            bytes_out += [x["swarm/bytes_out"] for x in s]
-            used += [x["swarm/used"] for x in s]
-            record_bytes += [x["swarm/bytes_out"] for x in s]
-            for part in ("index", "fetch", "verify"):
-                parts.setdefault(part, []).extend(x.get(f"swarm/{part}_s", 0.0) for x in s)
+            gather_s += [x[K.SWARM_GATHER_S] for x in s]
+            publish_s += [x[K.SWARM_PUBLISH_S] for x in s]
+            bytes_in += [x[K.SWARM_BYTES_IN] for x in s]
+            bytes_out += [x[K.SWARM_BYTES_OUT] for x in s]
+            used += [x[K.SWARM_USED] for x in s]
+            record_bytes += [x[K.SWARM_BYTES_OUT] for x in s]
+            for part, key in (("index", K.SWARM_INDEX_S), ("fetch", K.SWARM_FETCH_S), ("verify", K.SWARM_VERIFY_S)):
+                parts.setdefault(part, []).extend(x.get(key, 0.0) for x in s)
             print(_round_line(r, s))
     finally:
         with ThreadPoolExecutor(4) as pool:

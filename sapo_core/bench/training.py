@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from sapo_core.bench.settings import add_set_argument
+from sapo_core.control import vocabulary as K
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -121,7 +122,7 @@ def measure_update(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         configure_checkpointing(policy.model, trainer.cfg)  # both share the model: set its layers
         wall, cpu = time.perf_counter(), time.process_time()
         out = trainer.update(batch, hooks)
-        return out["train/tokens"], time.perf_counter() - wall, time.process_time() - cpu
+        return out[K.TRAIN_TOKENS], time.perf_counter() - wall, time.process_time() - cpu
 
     def plain(batch) -> tuple[float, float, float]:
         configure_checkpointing(policy.model, default)
@@ -190,7 +191,7 @@ def node_peak_memory(rounds: int, sets: list[str] = ()) -> tuple[float, float, l
             raise RuntimeError(f"the node failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
         store = RunStore(Path(tmp) / "run" / "rounds.sqlite")
         try:
-            drift = store.series("sampler/logprob_drift")[1]
+            drift = store.series(K.SAMPLER_LOGPROB_DRIFT)[1]
         finally:
             store.close()
         return peak / 1e9, time.time() - t, drift

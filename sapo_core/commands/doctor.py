@@ -43,7 +43,6 @@ from sapo_core.commands.doctor_display import (  # app/main.py imports these fro
 )
 from sapo_core.commands.doctor_judges import (
     INSTALLER,
-    nearest_existing,
     embedded_model_path,
     judge_dht,
     judge_disk,
@@ -52,6 +51,7 @@ from sapo_core.commands.doctor_judges import (
     judge_python,
     judge_qt,
     judge_torch,
+    nearest_existing,
     nvidia_gpu_present,
 )
 from sapo_core.commands.doctor_probes import (

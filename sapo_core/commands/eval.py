@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from sapo_core import paths
+from sapo_core.control import vocabulary as K
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -139,9 +140,9 @@ def format_table(result: dict) -> str:
             f"{allq['greedy_current'] - allq['greedy_base']:>+8.3f}"
         )
     figures = result["figures"]
-    if "eval/level_solve_rate" in figures:
-        lines.append(f"at the current curriculum levels: {figures['eval/level_solve_rate']:.3f}")
-    if "eval/capability" in figures:
+    if K.EVAL_LEVEL_SOLVE_RATE in figures:
+        lines.append(f"at the current curriculum levels: {figures[K.EVAL_LEVEL_SOLVE_RATE]:.3f}")
+    if K.EVAL_CAPABILITY in figures:
         lines += capability_lines(figures)
     return "\n".join(lines)
 
@@ -153,16 +154,17 @@ def capability_lines(figures: dict) -> list[str]:
     cells = {}
     for key, value in figures.items():
         parts = key.split("/")
-        if len(parts) == 4 and parts[0] == "eval" and parts[2] in LEVEL_NAMES and parts[3] == "solve_rate":
+        if len(parts) == 4 and parts[2] in LEVEL_NAMES and key == K.per_dataset(K.EVAL_SOLVE_RATE, *parts[1:3]):
             cells.setdefault(parts[1], {})[parts[2]] = value
     out = ["every level (solve rate per dataset and level; the capability figure is their mean):"]
     for d, levels in cells.items():
         out.append(f"  {d:<24}" + "  ".join(f"{lv} {levels[lv]:.3f}" for lv in LEVEL_NAMES if lv in levels))
-    line = f"capability {figures['eval/capability']:.3f}"
-    if "eval/capability_base" in figures:
+    line = f"capability {figures[K.EVAL_CAPABILITY]:.3f}"
+    if K.EVAL_CAPABILITY_BASE in figures:
+        low, high = figures[K.EVAL_CAPABILITY_GAIN_CI_LOW], figures[K.EVAL_CAPABILITY_GAIN_CI_HIGH]
         line += (
-            f" (base {figures['eval/capability_base']:.3f}, gain {figures['eval/capability_gain']:+.3f}, 95% CI "
-            f"{figures['eval/capability_gain_ci_low']:+.3f}..{figures['eval/capability_gain_ci_high']:+.3f})"
+            f" (base {figures[K.EVAL_CAPABILITY_BASE]:.3f}, gain {figures[K.EVAL_CAPABILITY_GAIN]:+.3f}, 95% CI "
+            f"{low:+.3f}..{high:+.3f})"
         )
     return out + [line]
 

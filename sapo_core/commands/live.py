@@ -24,8 +24,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sapo_core.config import NodeConfig
 from sapo_core.control import protocol as P
+from sapo_core.control import vocabulary as K
 from sapo_core.control.client import NodeClient, NodeStartError
-from sapo_core.downloads import PHASE as DOWNLOAD
 from sapo_core.downloads import DownloadLines
 
 STATE_STYLE = {
@@ -43,23 +43,23 @@ STATE_STYLE = {
 def round_summary(r: int, m: dict[str, float]) -> str:
     parts = [
         f"round {r:>4}",
-        f"reward {m.get('reward/mean', 0):.3f}",
-        f"acc {m.get('accuracy/mean', 0):.2f}",
-        f"groups {int(m.get('groups/local', 0))}+{int(m.get('groups/external', 0))} ext",
-        f"trained {int(m.get('groups/trained', 0))}",
-        f"sample {m.get('sampler/tok_per_s', 0):.0f} tok/s",
-        f"loss {m.get('loss/policy', 0):+.4f}",
+        f"reward {m.get(K.REWARD_MEAN, 0):.3f}",
+        f"acc {m.get(K.ACCURACY_MEAN, 0):.2f}",
+        f"groups {int(m.get(K.GROUPS_LOCAL, 0))}+{int(m.get(K.GROUPS_EXTERNAL, 0))} ext",
+        f"trained {int(m.get(K.GROUPS_TRAINED, 0))}",
+        f"sample {m.get(K.SAMPLER_TOK_PER_S, 0):.0f} tok/s",
+        f"loss {m.get(K.LOSS_POLICY, 0):+.4f}",
     ]
-    if "sampler/logprob_drift" in m:
-        parts.append(f"drift {m['sampler/logprob_drift']:.3f}")
-    if "swarm/peers" in m:
-        parts.append(f"peers {int(m['swarm/peers'])}")
-    if "eval/solve_rate" in m:  # a held-out evaluation ran in this round
+    if K.SAMPLER_LOGPROB_DRIFT in m:
+        parts.append(f"drift {m[K.SAMPLER_LOGPROB_DRIFT]:.3f}")
+    if K.SWARM_PEERS in m:
+        parts.append(f"peers {int(m[K.SWARM_PEERS])}")
+    if K.EVAL_SOLVE_RATE in m:  # a held-out evaluation ran in this round
         parts.append(
-            f"held-out {m['eval/solve_rate']:.3f}"
-            + (f" (base {m['eval/solve_rate_base']:.3f})" if "eval/solve_rate_base" in m else "")
+            f"held-out {m[K.EVAL_SOLVE_RATE]:.3f}"
+            + (f" (base {m[K.EVAL_SOLVE_RATE_BASE]:.3f})" if K.EVAL_SOLVE_RATE_BASE in m else "")
         )
-    parts.append(f"{m.get('time/round', 0):.0f} s")
+    parts.append(f"{m.get(K.TIME_ROUND, 0):.0f} s")
     return "  ".join(parts)
 
 
@@ -76,12 +76,12 @@ class EventDisplay:
     def __call__(self, ev: P.Message) -> None:
         c = self.console
         if isinstance(ev, P.Progress):
-            if ev.phase == DOWNLOAD:
+            if ev.phase == K.DOWNLOAD:
                 self._download(ev)
             elif self.bar is not None and self.task is not None:
                 self.bar.update(
                     self.task,
-                    description=P.PHASE_WORDS.get(ev.phase, ev.phase),
+                    description=K.PHASE_WORDS.get(ev.phase, ev.phase),
                     completed=ev.done,
                     total=ev.total or None,
                 )

@@ -35,12 +35,13 @@ from typing import Any
 
 from sapo_core.control import protocol as P
 from sapo_core.control.throttle import DutyCycle
+from sapo_core.control.vocabulary import GATHER, SHARE
 from sapo_core.hooks import Interrupted
 
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL = 0.25  # seconds between two progress events of one phase
-NETWORK_PHASES = ("share", "gather")  # mostly waiting on peers: only their CPU time is work (throttle.py)
+NETWORK_PHASES = (SHARE, GATHER)  # mostly waiting on peers: only their CPU time is work (throttle.py)
 HOLD_POLL = 1.0  # a holding thread wakes this often even without a command (snooze ends, threads)
 NATIVE_POLL = 0.1  # seconds between two looks at the round thread's CPU time while the sampler is suspended
 NATIVE_STILL_POLLS = 3  # that many looks without CPU use: it waits on the suspended sampler

@@ -10,7 +10,8 @@ pull in torch, transformers, llama_cpp or hivemind (a test asserts so).
 
 Commands: Start, Pause (now or after this round), Resume, Snooze, SetThrottle, SetThreads,
 SetRules, GetStatus, Stop. Events: Hello, NodeInfo, State, RoundDone, Progress, Log, Error,
-Heartbeat, Status; and Exited, which the client adds when the process has gone.
+Heartbeat, Status; and Exited, which the client adds when the process has gone. The words inside
+the messages (a Progress's phase, a RoundDone's figure keys) are declared in vocabulary.py.
 """
 
 from __future__ import annotations
@@ -43,19 +44,6 @@ COMMAND = "command"  # one command was refused; the node goes on
 
 # exit codes of the worker process
 EXIT_OK, EXIT_CRASH, EXIT_CONFIG = 0, 1, 2
-
-# --- round phases (Progress.phase), as the app and `sapo-node run` word them -----------------
-PHASE_WORDS = {
-    "sample": "sampling",
-    "score": "scoring",
-    "share": "sharing",
-    "gather": "gathering",
-    "likelihood": "checking peers' answers",
-    "prepare": "preparing",
-    "update": "training",
-    "sync": "syncing",
-    "save": "saving",
-}
 
 
 class ProtocolError(ValueError):
@@ -193,7 +181,7 @@ class RoundDone(Message):
 @dataclass
 class Progress(Message):
     round: int
-    phase: str  # sample, score, share, gather, update, save; download: the model, before round 1 (round 0)
+    phase: str  # a phase of the round (vocabulary.py: PHASES), or DOWNLOAD: the model, before round 1 (round 0)
     done: int
     total: int
     info: dict[str, Any] = field(default_factory=dict)
@@ -322,7 +310,6 @@ def is_event(msg: Message) -> bool:
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "PHASE_WORDS",
     "ProtocolError",
     "Message",
     "encode",

@@ -44,6 +44,7 @@ from sapo_core.control import protocol as P
 from sapo_core.control.controller import Controller
 from sapo_core.control.nativehold import hold_sampler, thread_cpu_seconds
 from sapo_core.control.rules import Rules
+from sapo_core.control.vocabulary import TRAIN_TOK_PER_S
 from sapo_core.hooks import Interrupted
 
 log = logging.getLogger("sapo_core.control.worker")  # not __name__: it runs as __main__
@@ -289,7 +290,7 @@ class Worker:
             done += 1
             gov = self.governor
             if gov is not None:
-                change = gov.after_round(r, float(metrics.get("train/tok_per_s", 0.0)), self.ctl.duty.share)
+                change = gov.after_round(r, float(metrics.get(TRAIN_TOK_PER_S, 0.0)), self.ctl.duty.share)
                 if change is not None:
                     log.warning(change.message)
                     self.ctl.set_threads(change.threads)
