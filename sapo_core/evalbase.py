@@ -6,11 +6,11 @@ sampling settings, the prompt, the reward setting and the sampler, so it is meas
 such key and kept in the cache directory (`base_cache_path`).
 
 For the embedded model at the default settings it is also shipped (resources/eval-base/*.json,
-written by `sapo-bench base-eval --write`): a new volunteer's first round then starts without the
+written by `sapo-bench baseeval --write`): a new volunteer's first round then starts without the
 minute-long base evaluation (docs/calibration.md, 'The first minutes'). A shipped result is keyed
 by the model file's SHA-256 instead of its path, and used only where every other part of the key
 is the same. It was measured on the reference machine (the llama.cpp build this project pins);
-llama.cpp's samples are the same with 1 or 2 threads there, and `sapo-bench base-eval` (a slow
+llama.cpp's samples are the same with 1 or 2 threads there, and `sapo-bench baseeval` (a slow
 test runs it) checks that measuring again gives exactly the shipped result. On a CPU whose
 kernels round differently the samples may differ, by the same chance as any re-draw.
 """

@@ -139,6 +139,8 @@ RUNS = [
 # Benchmarks whose end-to-end run lives in another test file (a window, a long-running node, root).
 ELSEWHERE = {
     "gui": ("tests/test_app_dashboard.py", "test_sapo_bench_gui_runs_the_window_in_its_own_process"),
+    # the embedded model's base result at default settings (a minute and a half), checked against the shipped one
+    "baseeval": ("tests/test_evaluation.py", "test_the_shipped_base_result_is_what_this_machine_measures"),
     "soak": ("tests/test_bench_soak.py", "test_a_short_soak_runs_a_real_node_beside_churning_peers"),
     # needs root and packages built beforehand (SAPO_PACKAGE_DIR); its parts run in the fast tier
     "package": ("tests/test_package.py", "test_packages_install_and_run_on_a_clean_debian"),

@@ -1,4 +1,4 @@
-"""`sapo-bench base-eval`: the base model's held-out result measured here, against the shipped one.
+"""`sapo-bench baseeval`: the base model's held-out result measured here, against the shipped one.
 
 A new node needs the base model's result on the held-out sets before its first round (the gain is
 measured against it): about 80 s on a 2-core CPU, most of a first round's time. For the embedded
@@ -7,7 +7,7 @@ benchmark measures it as a node would (the same sampler, sets, seeds and setting
 with the shipped result completion by completion; `--write` replaces the shipped file with what was
 measured. One line at the end:
 
-    base-eval: start level 0.148 (96 questions x 4), every level 0.052 (+96 x 4); shipped: the same
+    baseeval: start level 0.148 (96 questions x 4), every level 0.052 (+96 x 4); shipped: the same
     (768 of 768 completions); 81 s
 """
 
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     n_start, n_upper = len(sets[0][0]), len(sets[1][0])
     rates = [_mean([x for row in m.solved for x in row]) for m in measured]
     line = (
-        f"base-eval: start level {rates[0]:.3f} ({n_start} questions x {settings.samples}), every level above it "
+        f"baseeval: start level {rates[0]:.3f} ({n_start} questions x {settings.samples}), every level above it "
         f"{rates[1]:.3f} (+{n_upper} x {settings.samples}); "
     )
     if args.write and sha:
