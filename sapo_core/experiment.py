@@ -10,7 +10,7 @@ The measure is the held-out evaluation (`sapo_core/evaluation.py`): every node's
 questions no node trains on, before round 1, every `--eval-every` rounds and after the last; per
 arm its difference from the first over paired replicates (an isolated node, or a sharing arm's
 seed), with a 95 % t-interval (`sapo_core/experiment_report.py`). Writes `experiment.csv` (one row
-per seed, arm, node and round), `experiment.png` and `summary.txt`.
+per seed, arm, node and round), `experiment.png` and `summary.txt` (`sapo_core/experiment_files.py`).
 
 Made affordable on a 2-core CPU (docs/experiment.md says what this simplifies): a run's nodes take
 their rounds in turn in one process, sharing the base weights and one llama.cpp sampler; sharing
@@ -35,7 +35,7 @@ from typing import Any
 
 from sapo_core import logs
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, ConfigError, NodeConfig, field_help
-from sapo_core.experiment_report import PLOT_NEEDS_MATPLOTLIB, read_rows, write_outputs
+from sapo_core.experiment_files import PLOT_NEEDS_MATPLOTLIB, read_rows, write_outputs
 from sapo_core.experiment_runs import (
     STOP_GRACE_SECONDS,
     VETERAN_INDEX,
