@@ -5,6 +5,11 @@ Every field has a default and a help string (in `field(metadata={"help": ...})`)
 config is a TOML file whose tables mirror the dataclasses (`[train]`, `[round]`, ...);
 `load_config` reports unknown keys and wrong types by their dotted name.
 
+The `[swarm]` table, the largest, is `SwarmConfig` in `sapo_core.config_swarm`; how fields are
+declared, checked and read from TOML (`ConfigError` among it) is `sapo_core.config_schema`.
+Both `SwarmConfig` and `ConfigError` are re-exported here, so callers import every config name
+from this module.
+
 This module imports only the standard library (and tomli_w to write), so the GUI and
 the control protocol can use it without pulling in torch.
 """
@@ -13,28 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A config value is wrong; the message names the key and what to change."""
-
-
-def _help(text: str, default: Any) -> Any:
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": text})
-    return field(default=default, metadata={"help": text})
-
-
-def _check(cond: bool, key: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}: {msg}")
-
+from sapo_core.config_schema import ConfigError, build, check, merge, read_toml, setting, undot
+from sapo_core.config_swarm import SwarmConfig
 
 # The paper's nine ReasoningGYM specialties (SAPO §4). A weight of 0 disables one.
 PAPER_SPECIALTIES = (
@@ -61,26 +52,26 @@ DEFAULT_TASK_WEIGHTS = {
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = _help("Catalogue id of the model to train, or 'auto' to pick the largest that fits.", "auto")
-    gguf_path: str = _help("Use this GGUF file instead of the catalogue's (advanced).", "")
-    lora: bool = _help("Train a LoRA adapter (true) or all weights (false).", True)
-    lora_rank: int = _help("LoRA rank r.", 16)
-    lora_alpha: float = _help("LoRA alpha (scale = alpha / r).", 32.0)
-    lora_targets: list = _help(
+    name: str = setting("Catalogue id of the model to train, or 'auto' to pick the largest that fits.", "auto")
+    gguf_path: str = setting("Use this GGUF file instead of the catalogue's (advanced).", "")
+    lora: bool = setting("Train a LoRA adapter (true) or all weights (false).", True)
+    lora_rank: int = setting("LoRA rank r.", 16)
+    lora_alpha: float = setting("LoRA alpha (scale = alpha / r).", 32.0)
+    lora_targets: list = setting(
         "Module names LoRA adapts.",
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     )
-    dtype: str = _help("Training dtype: float32 (CPU default) or bfloat16 (GPU).", "float32")
+    dtype: str = setting("Training dtype: float32 (CPU default) or bfloat16 (GPU).", "float32")
 
     def __post_init__(self) -> None:
-        _check(self.lora_rank >= 1, "model.lora_rank", "must be at least 1")
-        _check(self.lora_alpha > 0, "model.lora_alpha", "must be positive")
-        _check(
+        check(self.lora_rank >= 1, "model.lora_rank", "must be at least 1")
+        check(self.lora_alpha > 0, "model.lora_alpha", "must be positive")
+        check(
             self.dtype in ("float32", "bfloat16", "float16"),
             "model.dtype",
             f"'{self.dtype}' is not one of float32, bfloat16, float16",
         )
-        _check(len(self.lora_targets) > 0, "model.lora_targets", "name at least one module")
+        check(len(self.lora_targets) > 0, "model.lora_targets", "name at least one module")
 
 
 # Difficulty levels every dataset has, easiest first (the configs are tasks.LEVELS).
@@ -91,204 +82,202 @@ PROMPT_STYLES = ("answer_line", "one_shot", "plain", "tags")
 
 @dataclass(frozen=True)
 class TaskConfig:
-    weights: dict = _help(
+    weights: dict = setting(
         "ReasoningGYM dataset -> sampling weight. The paper's nine: " + ", ".join(PAPER_SPECIALTIES),
         DEFAULT_TASK_WEIGHTS,
     )
-    difficulty: str = _help(
+    difficulty: str = setting(
         "Level each dataset starts at, and the lowest the curriculum goes: 'easy' (SmolLM2-135M "
         "sometimes solves it), 'medium' or 'hard' (about ReasoningGYM's own settings).",
         "easy",
     )
-    levels: dict = _help("Start level per dataset, overriding 'difficulty', e.g. {bf = 'medium'}.", {})
-    curriculum: bool = _help(
+    levels: dict = setting("Start level per dataset, overriding 'difficulty', e.g. {bf = 'medium'}.", {})
+    curriculum: bool = setting(
         "Raise a dataset's level when the model masters it; fall back when its accuracy collapses.", True
     )
-    curriculum_window: int = _help(
+    curriculum_window: int = setting(
         "Own completions per dataset the rolling accuracy covers; a level changes only on a full window.", 64
     )
-    curriculum_rule: str = _help(
+    curriculum_rule: str = setting(
         "'step': a dataset sits on one level, raised at curriculum_raise, lowered at curriculum_lower. 'band': "
         "each question draws its level in proportion to how often that level's recent groups had reward spread "
         "(the next level unlocks at curriculum_raise; levels without spread are only probed): the round goes "
         "where there is something to learn (sapo_core/curriculum.py).",
         "step",
     )
-    curriculum_raise: float = _help("Rolling accuracy (share fully right) at which a dataset's level rises.", 0.5)
-    curriculum_lower: float = _help("Rolling accuracy at or below which a raised level falls back.", 0.02)
-    prompt: str = _help(
+    curriculum_raise: float = setting("Rolling accuracy (share fully right) at which a dataset's level rises.", 0.5)
+    curriculum_lower: float = setting("Rolling accuracy at or below which a raised level falls back.", 0.02)
+    prompt: str = setting(
         "How questions are asked: 'one_shot' (a solved example of the same dataset and level, then the "
         "question; asks for a final 'Answer: ...' line), 'answer_line' (the same without the example), "
         "'plain' (the question only) or 'tags' (<answer> tags).",
         "one_shot",
     )
-    partial_credit: bool = _help(
+    partial_credit: bool = setting(
         "Train on ReasoningGYM's partial credit (e.g. 0.1 for any wrong weekday, 0.5 for '13' when the answer is "
         "'3') instead of correctness (1 right, 0 wrong). Off: partial credit divided by a group's small std "
         "weighs as much as a right answer (docs/environment.md, 'ReasoningGYM').",
         False,
     )
-    format_reward: float = _help(
+    format_reward: float = setting(
         "Weight of a reward for answering in the requested format (the paper dropped it).", 0.0
     )
-    system_prompt: str = _help("System prompt; empty leaves the model's chat template to its default.", "")
+    system_prompt: str = setting("System prompt; empty leaves the model's chat template to its default.", "")
 
     def __post_init__(self) -> None:
-        _check(bool(self.weights), "tasks.weights", "name at least one dataset")
+        check(bool(self.weights), "tasks.weights", "name at least one dataset")
         for name, w in self.weights.items():
-            _check(
+            check(
                 name in PAPER_SPECIALTIES,
                 f"tasks.weights.{name}",
                 "is not a known dataset; use one of " + ", ".join(PAPER_SPECIALTIES),
             )
-            _check(
+            check(
                 isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0,
                 f"tasks.weights.{name}",
                 "must be a number >= 0",
             )
-        _check(sum(self.weights.values()) > 0, "tasks.weights", "at least one weight must be above 0")
-        _check(
+        check(sum(self.weights.values()) > 0, "tasks.weights", "at least one weight must be above 0")
+        check(
             self.difficulty in LEVEL_NAMES,
             "tasks.difficulty",
             f"'{self.difficulty}' is not one of " + ", ".join(LEVEL_NAMES),
         )
         for name, level in self.levels.items():
-            _check(name in PAPER_SPECIALTIES, f"tasks.levels.{name}", "is not a known dataset")
-            _check(level in LEVEL_NAMES, f"tasks.levels.{name}", f"'{level}' is not one of " + ", ".join(LEVEL_NAMES))
-        _check(self.curriculum_window >= 1, "tasks.curriculum_window", "must be at least 1")
-        _check(self.curriculum_rule in ("step", "band"), "tasks.curriculum_rule", "must be step or band")
-        _check(
+            check(name in PAPER_SPECIALTIES, f"tasks.levels.{name}", "is not a known dataset")
+            check(level in LEVEL_NAMES, f"tasks.levels.{name}", f"'{level}' is not one of " + ", ".join(LEVEL_NAMES))
+        check(self.curriculum_window >= 1, "tasks.curriculum_window", "must be at least 1")
+        check(self.curriculum_rule in ("step", "band"), "tasks.curriculum_rule", "must be step or band")
+        check(
             0 <= self.curriculum_lower < self.curriculum_raise <= 1,
             "tasks.curriculum_lower",
             "need 0 <= curriculum_lower < curriculum_raise <= 1",
         )
-        _check(
+        check(
             self.prompt in PROMPT_STYLES, "tasks.prompt", f"'{self.prompt}' is not one of " + ", ".join(PROMPT_STYLES)
         )
-        _check(0 <= self.format_reward <= 1, "tasks.format_reward", "must be between 0 and 1")
+        check(0 <= self.format_reward <= 1, "tasks.format_reward", "must be between 0 and 1")
 
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    backend: str = _help("'auto' (llama.cpp where it works), 'llamacpp' or 'transformers'.", "auto")
-    group_size: int = _help("Completions per question, G.", 8)
-    max_new_tokens: int = _help("Longest completion, in tokens.", 128)
-    temperature: float = _help("Sampling temperature.", 1.0)
-    top_p: float = _help("Nucleus sampling threshold (1 = off).", 1.0)
-    quantization: str = _help(
+    backend: str = setting("'auto' (llama.cpp where it works), 'llamacpp' or 'transformers'.", "auto")
+    group_size: int = setting("Completions per question, G.", 8)
+    max_new_tokens: int = setting("Longest completion, in tokens.", 128)
+    temperature: float = setting("Sampling temperature.", 1.0)
+    top_p: float = setting("Nucleus sampling threshold (1 = off).", 1.0)
+    quantization: str = setting(
         "Weights llama.cpp samples from: 'f16' (the trainer's own weights: log-probs within 0.002 nats of "
         "the trainer's), 'q8_0' (half the memory, ~0.06 nats off) or 'as-is'.",
         "f16",
     )
-    threads: int = _help(
+    threads: int = setting(
         "Threads for sampling and training; 0 = chosen from what the CPU has free (within "
         "control.max_cpus_percent and control.leave_cores), and adapted while running.",
         0,
     )
 
     def __post_init__(self) -> None:
-        _check(
+        check(
             self.backend in ("auto", "llamacpp", "transformers"),
             "sampler.backend",
             f"'{self.backend}' is not auto, llamacpp or transformers",
         )
-        _check(2 <= self.group_size <= 64, "sampler.group_size", "must be 2..64 (GRPO needs at least 2)")
-        _check(1 <= self.max_new_tokens <= 4096, "sampler.max_new_tokens", "must be 1..4096")
-        _check(0 < self.temperature <= 2, "sampler.temperature", "must be in (0, 2]")
-        _check(0 < self.top_p <= 1, "sampler.top_p", "must be in (0, 1]")
-        _check(
-            self.quantization in ("f16", "q8_0", "as-is"), "sampler.quantization", "must be 'f16', 'q8_0' or 'as-is'"
-        )
-        _check(self.threads >= 0, "sampler.threads", "must be >= 0")
+        check(2 <= self.group_size <= 64, "sampler.group_size", "must be 2..64 (GRPO needs at least 2)")
+        check(1 <= self.max_new_tokens <= 4096, "sampler.max_new_tokens", "must be 1..4096")
+        check(0 < self.temperature <= 2, "sampler.temperature", "must be in (0, 2]")
+        check(0 < self.top_p <= 1, "sampler.top_p", "must be in (0, 1]")
+        check(self.quantization in ("f16", "q8_0", "as-is"), "sampler.quantization", "must be 'f16', 'q8_0' or 'as-is'")
+        check(self.threads >= 0, "sampler.threads", "must be >= 0")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    learning_rate: float = _help("Adam learning rate.", 5e-5)
-    steps_per_round: int = _help("Optimizer steps per round over the round's batch, K (>1 lets clipping act).", 2)
-    micro_batch_size: int = _help("Sequences per forward/backward pass (memory bound).", 2)
-    gradient_checkpointing: bool = _help(
+    learning_rate: float = setting("Adam learning rate.", 5e-5)
+    steps_per_round: int = setting("Optimizer steps per round over the round's batch, K (>1 lets clipping act).", 2)
+    micro_batch_size: int = setting("Sequences per forward/backward pass (memory bound).", 2)
+    gradient_checkpointing: bool = setting(
         "Recompute each layer's activations in the backward pass: ~1/3 more compute, a fraction of the "
         "memory (docs/calibration.md, 'Memory estimates').",
         True,
     )
-    checkpoint_share: float = _help(
+    checkpoint_share: float = setting(
         "With gradient_checkpointing: the share of the transformer's layers recomputed in the backward "
         "(spread evenly; 1 = all, the least memory; 0.5 about half the extra compute for ~0.2 GB more).",
         0.5,
     )
-    device: str = _help(
+    device: str = setting(
         "Where the update runs: auto (a CUDA GPU where torch sees one, SAPO_DEVICE overrides; else the "
         "CPU), cpu or cuda.",
         "auto",
     )
-    precision: str = _help(
+    precision: str = setting(
         "Number format of the update's matmuls: auto (bf16 autocast where the CPU or GPU has native bf16, "
         "else fp32), fp32 or bf16. LoRA weights, optimizer state and log-probs stay fp32.",
         "auto",
     )
-    epsilon_low: float = _help("Lower clip of the importance ratio, 1 - eps_low (paper: 0.2).", 0.2)
-    epsilon_high: float = _help("Upper clip of the importance ratio, 1 + eps_high (paper: 0.28).", 0.28)
-    kl_beta: float = _help("Weight of the KL penalty to the base model (paper: 0).", 0.0)
-    max_grad_norm: float = _help("Gradient norm clip (0 = off).", 1.0)
-    weight_decay: float = _help("AdamW weight decay.", 0.0)
-    logit_chunk: int = _help("Tokens per chunk when computing log-probs over the vocabulary.", 256)
-    pack_prompts: bool = _help(
+    epsilon_low: float = setting("Lower clip of the importance ratio, 1 - eps_low (paper: 0.2).", 0.2)
+    epsilon_high: float = setting("Upper clip of the importance ratio, 1 + eps_high (paper: 0.28).", 0.28)
+    kl_beta: float = setting("Weight of the KL penalty to the base model (paper: 0).", 0.0)
+    max_grad_norm: float = setting("Gradient norm clip (0 = off).", 1.0)
+    weight_decay: float = setting("AdamW weight decay.", 0.0)
+    logit_chunk: int = setting("Tokens per chunk when computing log-probs over the vocabulary.", 256)
+    pack_prompts: bool = setting(
         "Process each group's prompt once per micro-batch, its completions attending to that one copy "
         "(a block attention mask): the same log-probs as one row per completion, several times fewer "
         "tokens when answers are short next to the prompt.",
         True,
     )
-    prompt_grad: bool = _help(
+    prompt_grad: bool = setting(
         "Backpropagate through the prompt (true: the exact gradient) or run each group's prompt once per "
         "step without gradient, its keys and values reused by the completions (false: the same log-probs, "
         "fewer tokens through the backward; the gradient through the prompt's keys and values is left out).",
         True,
     )
-    guide_gamma: float = _help(
+    guide_gamma: float = setting(
         "With swarm.take = mixed: the gamma of LUFFY's policy shaping p / (p + gamma) on the tokens of a peer's "
         "right answer added to our own all-wrong group (arXiv 2504.14945 uses 0.1).",
         0.1,
     )
-    peer_correction: str = _help(
+    peer_correction: str = setting(
         "Off-policy correction of peers' completions: none (trained as if ours, the SAPO paper) or tis "
         "(F-TIS: each peer token weighted by min(our prob / the peer sampler's, peer_ratio_cap), and "
         "negative-advantage peer completions further than peer_kl_max from our policy left out).",
         "none",
     )
-    peer_ratio_cap: float = _help("With peer_correction = tis: the truncation C of a peer token's weight.", 2.0)
-    peer_kl_max: float = _help(
+    peer_ratio_cap: float = setting("With peer_correction = tis: the truncation C of a peer token's weight.", 2.0)
+    peer_kl_max: float = setting(
         "With peer_correction = tis: a negative-advantage peer completion whose estimated KL from our "
         "policy (nats per token, the k3 estimator) exceeds this is not trained on.",
         0.5,
     )
 
     def __post_init__(self) -> None:
-        _check(0 < self.learning_rate < 1, "train.learning_rate", "must be in (0, 1)")
-        _check(self.steps_per_round >= 1, "train.steps_per_round", "must be at least 1")
-        _check(self.micro_batch_size >= 1, "train.micro_batch_size", "must be at least 1")
-        _check(0 <= self.epsilon_low < 1, "train.epsilon_low", "must be in [0, 1)")
-        _check(self.epsilon_high >= 0, "train.epsilon_high", "must be >= 0")
-        _check(self.kl_beta >= 0, "train.kl_beta", "must be >= 0")
-        _check(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
-        _check(self.logit_chunk >= 16, "train.logit_chunk", "must be at least 16")
-        _check(0 <= self.checkpoint_share <= 1, "train.checkpoint_share", "must be in [0, 1]")
-        _check(self.precision in ("auto", "fp32", "bf16"), "train.precision", "must be auto, fp32 or bf16")
-        _check(self.device in ("auto", "cpu", "cuda"), "train.device", "must be auto, cpu or cuda")
-        _check(self.peer_correction in ("none", "tis"), "train.peer_correction", "must be none or tis")
-        _check(self.peer_ratio_cap >= 1, "train.peer_ratio_cap", "must be at least 1")
-        _check(self.peer_kl_max > 0, "train.peer_kl_max", "must be positive")
-        _check(0 < self.guide_gamma <= 10, "train.guide_gamma", "must be in (0, 10]")
+        check(0 < self.learning_rate < 1, "train.learning_rate", "must be in (0, 1)")
+        check(self.steps_per_round >= 1, "train.steps_per_round", "must be at least 1")
+        check(self.micro_batch_size >= 1, "train.micro_batch_size", "must be at least 1")
+        check(0 <= self.epsilon_low < 1, "train.epsilon_low", "must be in [0, 1)")
+        check(self.epsilon_high >= 0, "train.epsilon_high", "must be >= 0")
+        check(self.kl_beta >= 0, "train.kl_beta", "must be >= 0")
+        check(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
+        check(self.logit_chunk >= 16, "train.logit_chunk", "must be at least 16")
+        check(0 <= self.checkpoint_share <= 1, "train.checkpoint_share", "must be in [0, 1]")
+        check(self.precision in ("auto", "fp32", "bf16"), "train.precision", "must be auto, fp32 or bf16")
+        check(self.device in ("auto", "cpu", "cuda"), "train.device", "must be auto, cpu or cuda")
+        check(self.peer_correction in ("none", "tis"), "train.peer_correction", "must be none or tis")
+        check(self.peer_ratio_cap >= 1, "train.peer_ratio_cap", "must be at least 1")
+        check(self.peer_kl_max > 0, "train.peer_kl_max", "must be positive")
+        check(0 < self.guide_gamma <= 10, "train.guide_gamma", "must be in (0, 10]")
 
 
 @dataclass(frozen=True)
 class RoundConfig:
-    local_groups: int = _help("Own question groups per round, I (paper's best: 4).", 4)
-    external_groups: int = _help("Groups taken from peers per round, J (paper's best: 4; 0 = train alone).", 4)
-    auto_scale: bool = _help("Shrink I, J and G where this machine cannot finish a round in time.", True)
-    target_round_seconds: float = _help("Round length auto_scale aims for.", 240.0)
-    max_rounds: int = _help("Stop after this many rounds in total (0 = run until stopped).", 0)
-    refill_passes: int = _help(
+    local_groups: int = setting("Own question groups per round, I (paper's best: 4).", 4)
+    external_groups: int = setting("Groups taken from peers per round, J (paper's best: 4; 0 = train alone).", 4)
+    auto_scale: bool = setting("Shrink I, J and G where this machine cannot finish a round in time.", True)
+    target_round_seconds: float = setting("Round length auto_scale aims for.", 240.0)
+    max_rounds: int = setting("Stop after this many rounds in total (0 = run until stopped).", 0)
+    refill_passes: int = setting(
         "Dynamic sampling (DAPO): while fewer than I of our groups have reward spread, draw as many new "
         "questions as are missing, at most this many times a round (0 = off). Groups without spread teach "
         "nothing; this fills the update with ones that do, at the cost of more sampling.",
@@ -296,266 +285,48 @@ class RoundConfig:
     )
 
     def __post_init__(self) -> None:
-        _check(self.local_groups >= 1, "round.local_groups", "must be at least 1")
-        _check(self.external_groups >= 0, "round.external_groups", "must be >= 0")
-        _check(self.target_round_seconds > 0, "round.target_round_seconds", "must be positive")
-        _check(self.max_rounds >= 0, "round.max_rounds", "must be >= 0")
-        _check(0 <= self.refill_passes <= 8, "round.refill_passes", "must be 0..8")
-
-
-REACHABILITY_MODES = ("auto", "reachable", "unreachable")
-
-
-def _name_ok(name: str) -> bool:
-    return bool(name) and len(name) <= 64 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
-
-
-@dataclass(frozen=True)
-class SwarmConfig:
-    enabled: bool = _help("Share rollouts with a swarm (false = train alone).", True)
-    swarm_name: str = _help(
-        "Name of the swarm (letters, digits, '.', '_', '-'); nodes with other names never mix.", "sapo-public"
-    )
-    initial_peers: list = _help(
-        "Multiaddrs of peers to join, each ending in /p2p/<peer id> (a running node prints its own); "
-        "empty hosts a new swarm.",
-        [],
-    )
-    list_urls: list = _help(
-        "HTTPS URLs of the project's swarm list, fetched at start and by `sapo-node swarms update`; a list is "
-        "used only when signed by a key in resources/swarmlist-keys.txt (swarm/signedlist.py).",
-        [],
-    )
-    listed_swarm: str = _help(
-        "Name of a listed swarm (resources/swarms.toml, or swarms.toml in the config directory) whose "
-        "bootstrap peers and swarm-wide settings this node takes when it starts; empty: none.",
-        "",
-    )
-    host_maddrs: list = _help(
-        "Addresses to listen on; empty listens nowhere (peers cannot dial this node: it joins as a DHT client).",
-        ["/ip4/0.0.0.0/tcp/0"],
-    )
-    announce_maddrs: list = _help("Addresses to tell peers (behind NAT; explicit ports, not 0).", [])
-    client_mode: bool = _help("Only ask the DHT, never serve it (for nodes peers cannot reach).", False)
-    reachability: str = _help(
-        "'auto': after joining, a peer dials this node back; unreachable (behind NAT) it becomes a DHT client "
-        "and takes a relay slot. 'reachable': always serve the DHT. 'unreachable': client and relay from the "
-        "start.",
-        "auto",
-    )
-    use_relay: bool = _help(
-        "libp2p circuit relays: reach peers behind NAT through a relay, offer to relay for others when "
-        "reachable, and, behind NAT, reserve a slot at a reachable peer (docs/swarm.md, Joining).",
-        True,
-    )
-    lan_discovery: bool = _help(
-        "Find and announce nodes of the same swarm on the local network (mDNS, _sapo-swarm._tcp); false "
-        "sends nothing on the network but to the swarm's peers.",
-        True,
-    )
-    lan_interfaces: list = _help(
-        "IP addresses of the interfaces LAN discovery uses (empty: those of swarm.host_maddrs; all when "
-        "listening on 0.0.0.0 or nowhere; none when listening on loopback only).",
-        [],
-    )
-    window_seconds: float = _help(
-        "Length of the DHT time windows records are published into; readers read the current and the "
-        "previous one. Swarm-wide: nodes with another value never see each other.",
-        300.0,
-    )
-    shards: int = _help(
-        "Index shards per window. Swarm-wide: nodes with another value never see each other. About "
-        "swarm size / 20 keeps index reads small (docs/swarm.md).",
-        16,
-    )
-    shards_read: int = _help("Index shards a node reads first per window (more only if it finds too few peers).", 2)
-    records_per_gather: int = _help(
-        "Peers' records fetched and verified per round: bounds a gather whatever the swarm's size.", 6
-    )
-    max_record_kib: int = _help("Largest record this node publishes per round, in KiB (hard limit 256).", 256)
-    replicas: int = _help("DHT nodes that store each of our values.", 5)
-    publish_timeout: float = _help("Seconds a round waits for its publish before going on.", 10.0)
-    nat_port_map: bool = _help(
-        "Ask the home router to forward this node's port (UPnP / NAT-PMP), so peers can dial it behind "
-        "NAT; this sends discovery packets to the local network. Never done when the node listens on "
-        "loopback only.",
-        True,
-    )
-    page_port: int = _help(
-        "Serve the swarm's page (what this node sees of its swarm: nodes, groups verified and refused, "
-        "receipts; read-only HTTP, / and /api/status) on this TCP port; 0: no page. `sapo-node seed` "
-        "serves it on 31331.",
-        0,
-    )
-    page_host: str = _help("IP address the swarm's page listens on (127.0.0.1: this computer only).", "127.0.0.1")
-    gather_timeout: float = _help("Seconds a round waits for peers' groups before going on with what it has.", 10.0)
-    rpc_timeout: float = _help("Seconds before one DHT request counts as lost.", 3.0)
-    start_timeout: float = _help("Seconds the p2p daemon may take to start.", 30.0)
-    join_timeout: float = _help("Seconds to wait for initial peers to answer at start.", 5.0)
-    join_attempts: int = _help(
-        "Tries to reach the initial peers at start (the pause doubles between tries) before training "
-        "alone; retries go on in the background.",
-        3,
-    )
-    rejoin_min_seconds: float = _help("First pause before retrying initial peers that did not answer.", 2.0)
-    rejoin_max_seconds: float = _help("Longest pause between retries (the pause doubles up to this).", 120.0)
-    strikes_to_ignore: int = _help("Records holding junk (forged, tampered, malformed) before a peer is ignored.", 3)
-    ignore_minutes: float = _help("How long a peer that keeps sending junk is ignored.", 10.0)
-    identity_path: str = _help(
-        "RSA key file of this node (default: node.key in the data directory's identity folder).", ""
-    )
-    verify_cpu_seconds: float = _help(
-        "CPU seconds verifying one peer's record may take; a record that needs more is junk (a strike).", 1.0
-    )
-    verify_grace_seconds: float = _help(
-        "Seconds verification may run past gather_timeout before the rest of the records are skipped.", 1.0
-    )
-    likelihood_floor: float = _help(
-        "Peers' completions whose mean log-likelihood per token under our policy, over their least likely "
-        "likelihood_window tokens, is below this (nats) are dropped as 'unlikely': injected links and "
-        "garbage preambles, not text our model would write. Set so >= 95 % of the embedded model's "
-        "own completions pass and no injected link does (docs/calibration.md, 'Likelihood floor'); "
-        "0 = off.",
-        -3.6,
-    )
-    likelihood_window: int = _help("Tokens over which the likelihood floor averages (see likelihood_floor).", 16)
-    likelihood_judge: str = _help(
-        "Whose log-likelihood the floor reads: 'policy' (our current policy), 'base' (the base model, the "
-        "LoRA adapter off: what the floor was calibrated on, and it does not drift as we train) or 'either' "
-        "(kept when either finds the text likely: a peer that trained further, or less, than we did).",
-        "policy",
-    )
-    take: str = _help(
-        "How peers' groups teach: 'paper' (groups with reward spread, trained as if ours: SAPO) or 'mixed' "
-        "(adopt the questions of peers' groups that hold a verified right answer: sample our own answers; "
-        "where ours are all wrong, the peer's right one joins as a guide, LUFFY's mixed group; "
-        "sapo_core/adopt.py).",
-        "paper",
-    )
-    max_external_tokens: int = _help(
-        "Most completion tokens of peers' groups one update trains on, whole groups only (the default is "
-        "J x G x max_new_tokens at the defaults; 0 = no limit).",
-        4096,
-    )
-
-    def __post_init__(self) -> None:
-        _check(
-            _name_ok(self.swarm_name),
-            "swarm.swarm_name",
-            f"'{self.swarm_name}' must be 1..64 letters, digits, '.', '_' or '-'",
-        )
-        for addr in self.initial_peers:
-            _check(
-                isinstance(addr, str) and addr.startswith("/") and "/p2p/" in addr,
-                "swarm.initial_peers",
-                f"'{addr}' is not a multiaddr ending in /p2p/<peer id>, e.g. /ip4/203.0.113.5/tcp/31337/p2p/QmPeer...",
-            )
-        for url in self.list_urls:
-            _check(
-                isinstance(url, str) and url.startswith("https://") and len(url) <= 2048,
-                "swarm.list_urls",
-                f"{url!r} is not an https:// URL (the list is fetched over HTTPS only)",
-            )
-        for addr in list(self.host_maddrs) + list(self.announce_maddrs):
-            _check(
-                isinstance(addr, str) and addr.startswith("/"),
-                "swarm.host_maddrs",
-                f"'{addr}' is not a multiaddr such as /ip4/0.0.0.0/tcp/0",
-            )
-        for addr in self.announce_maddrs:
-            _check(
-                not addr.rstrip("/").endswith(("/tcp/0", "/udp/0")),
-                "swarm.announce_maddrs",
-                f"'{addr}' needs an explicit port, not 0",
-            )
-        for ip in self.lan_interfaces:
-            _check(
-                isinstance(ip, str) and 0 < len(ip) <= 64,
-                "swarm.lan_interfaces",
-                f"'{ip}' is not an IP address such as 192.168.1.20",
-            )
-        _check(
-            self.reachability in REACHABILITY_MODES,
-            "swarm.reachability",
-            f"'{self.reachability}' must be one of {', '.join(REACHABILITY_MODES)}",
-        )
-        _check(
-            not self.listed_swarm or _name_ok(self.listed_swarm),
-            "swarm.listed_swarm",
-            f"'{self.listed_swarm}' must be 1..64 letters, digits, '.', '_' or '-'",
-        )
-        _check(self.window_seconds >= 5, "swarm.window_seconds", "must be at least 5")
-        _check(0 <= self.page_port < 65536, "swarm.page_port", "must be 0 (no page) or 1..65535")
-        _check(1 <= self.shards <= 4096, "swarm.shards", "must be 1..4096")
-        _check(1 <= self.shards_read <= self.shards, "swarm.shards_read", "must be 1..swarm.shards")
-        _check(1 <= self.records_per_gather <= 64, "swarm.records_per_gather", "must be 1..64")
-        _check(4 <= self.max_record_kib <= 256, "swarm.max_record_kib", "must be 4..256 (256 KiB is the hard limit)")
-        _check(1 <= self.replicas <= 20, "swarm.replicas", "must be 1..20")
-        for key in (
-            "publish_timeout",
-            "gather_timeout",
-            "rpc_timeout",
-            "start_timeout",
-            "join_timeout",
-            "rejoin_min_seconds",
-        ):
-            _check(getattr(self, key) > 0, f"swarm.{key}", "must be positive")
-        _check(
-            self.rejoin_max_seconds >= self.rejoin_min_seconds,
-            "swarm.rejoin_max_seconds",
-            "must be >= swarm.rejoin_min_seconds",
-        )
-        _check(1 <= self.join_attempts <= 20, "swarm.join_attempts", "must be 1..20")
-        _check(self.strikes_to_ignore >= 1, "swarm.strikes_to_ignore", "must be at least 1")
-        _check(self.ignore_minutes >= 0, "swarm.ignore_minutes", "must be >= 0")
-        _check(0 < self.verify_cpu_seconds <= 60, "swarm.verify_cpu_seconds", "must be in (0, 60]")
-        _check(0 <= self.verify_grace_seconds <= 60, "swarm.verify_grace_seconds", "must be 0..60")
-        _check(-50 <= self.likelihood_floor <= 0, "swarm.likelihood_floor", "must be -50..0 (0 = off)")
-        _check(1 <= self.likelihood_window <= 4096, "swarm.likelihood_window", "must be 1..4096")
-        _check(
-            self.likelihood_judge in ("policy", "base", "either"),
-            "swarm.likelihood_judge",
-            "must be policy, base or either",
-        )
-        _check(self.take in ("paper", "mixed"), "swarm.take", "must be paper or mixed")
-        _check(self.max_external_tokens >= 0, "swarm.max_external_tokens", "must be >= 0 (0 = no limit)")
+        check(self.local_groups >= 1, "round.local_groups", "must be at least 1")
+        check(self.external_groups >= 0, "round.external_groups", "must be >= 0")
+        check(self.target_round_seconds > 0, "round.target_round_seconds", "must be positive")
+        check(self.max_rounds >= 0, "round.max_rounds", "must be >= 0")
+        check(0 <= self.refill_passes <= 8, "round.refill_passes", "must be 0..8")
 
 
 @dataclass(frozen=True)
 class ControlConfig:
-    throttle: float = _help("Share of the CPU time the node may use, 0.05..1 (a duty cycle, as in BOINC).", 1.0)
-    pause_on_battery: bool = _help("Pause while running on battery.", False)
-    only_when_idle: bool = _help("Run only while the user is idle.", False)
-    idle_minutes: float = _help("Minutes without input before the user counts as idle.", 5.0)
-    schedule: str = _help("Weekly schedule, e.g. 'mon-fri 18:00-08:00; sat-sun 00:00-24:00'; empty = always.", "")
-    max_temperature_c: float = _help("Pause above this CPU temperature (0 = off); resumes 5 °C below it.", 0.0)
-    min_free_memory_gb: float = _help("Pause when free memory falls below this (0 = off).", 0.0)
-    idle_cpu_percent: float = _help(
+    throttle: float = setting("Share of the CPU time the node may use, 0.05..1 (a duty cycle, as in BOINC).", 1.0)
+    pause_on_battery: bool = setting("Pause while running on battery.", False)
+    only_when_idle: bool = setting("Run only while the user is idle.", False)
+    idle_minutes: float = setting("Minutes without input before the user counts as idle.", 5.0)
+    schedule: str = setting("Weekly schedule, e.g. 'mon-fri 18:00-08:00; sat-sun 00:00-24:00'; empty = always.", "")
+    max_temperature_c: float = setting("Pause above this CPU temperature (0 = off); resumes 5 °C below it.", 0.0)
+    min_free_memory_gb: float = setting("Pause when free memory falls below this (0 = off).", 0.0)
+    idle_cpu_percent: float = setting(
         "Where the OS does not tell input idle time, 'only when idle' treats the user as busy while other "
         "programs use more than this % of the CPU.",
         25.0,
     )
-    check_seconds: float = _help("How often the rules read the machine (battery, idle time, temperature...).", 2.0)
-    max_cpus_percent: float = _help(
+    check_seconds: float = setting("How often the rules read the machine (battery, idle time, temperature...).", 2.0)
+    max_cpus_percent: float = setting(
         "Use at most this % of the CPU cores (BOINC's 'use at most N % of the CPUs'); the node's "
         "threads stay within it, and fewer while other programs keep cores busy.",
         100.0,
     )
-    leave_cores: int = _help(
+    leave_cores: int = setting(
         "Cores always left to your own programs (the desktop default leaves one, so the computer "
         "stays responsive; 0 on a machine that does nothing else). The node keeps at least one thread.",
         1,
     )
 
     def __post_init__(self) -> None:
-        _check(0.05 <= self.throttle <= 1.0, "control.throttle", "must be between 0.05 and 1")
-        _check(self.idle_minutes >= 0, "control.idle_minutes", "must be >= 0")
-        _check(self.max_temperature_c >= 0, "control.max_temperature_c", "must be >= 0")
-        _check(self.min_free_memory_gb >= 0, "control.min_free_memory_gb", "must be >= 0")
-        _check(0 <= self.idle_cpu_percent <= 100, "control.idle_cpu_percent", "must be between 0 and 100")
-        _check(0.05 <= self.check_seconds <= 600, "control.check_seconds", "must be between 0.05 and 600")
-        _check(1 <= self.max_cpus_percent <= 100, "control.max_cpus_percent", "must be between 1 and 100")
-        _check(self.leave_cores >= 0, "control.leave_cores", "must be >= 0")
+        check(0.05 <= self.throttle <= 1.0, "control.throttle", "must be between 0.05 and 1")
+        check(self.idle_minutes >= 0, "control.idle_minutes", "must be >= 0")
+        check(self.max_temperature_c >= 0, "control.max_temperature_c", "must be >= 0")
+        check(self.min_free_memory_gb >= 0, "control.min_free_memory_gb", "must be >= 0")
+        check(0 <= self.idle_cpu_percent <= 100, "control.idle_cpu_percent", "must be between 0 and 100")
+        check(0.05 <= self.check_seconds <= 600, "control.check_seconds", "must be between 0.05 and 600")
+        check(1 <= self.max_cpus_percent <= 100, "control.max_cpus_percent", "must be between 1 and 100")
+        check(self.leave_cores >= 0, "control.leave_cores", "must be >= 0")
         from sapo_core.control.schedule import ScheduleError, parse_schedule
 
         try:
@@ -566,48 +337,48 @@ class ControlConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    enabled: bool = _help(
+    enabled: bool = setting(
         "Measure the policy on held-out questions (never trained on) against the base model: before the first "
         "round, every eval.every_rounds rounds (within eval.max_share) and after the last round of a run of set "
         "length.",
         True,
     )
-    every_rounds: int = _help(
+    every_rounds: int = setting(
         "Held-out evaluations fall on rounds that are multiples of this (0 = only before the first round and at "
         "the end), when eval.max_share allows. One evaluation takes several rounds' time "
         "(docs/calibration.md, 'Held-out evaluation schedule').",
         70,
     )
-    max_share: float = _help(
+    max_share: float = setting(
         "Most of the node's time evaluation may take: a due evaluation is skipped (to the next multiple of "
         "every_rounds) until the rounds since the last one took (1 - share) / share times as long as it did "
         "(docs/calibration.md, 'Held-out evaluation schedule').",
         0.1,
     )
-    questions: int = _help(
+    questions: int = setting(
         "Held-out questions per dataset and level (training skips every one of them; at most 512).", 32
     )
-    level_questions: int = _help(
+    level_questions: int = setting(
         "Held-out questions per dataset at each level above the start level, for the all-levels figure "
         "(eval/capability: what the model can do at every level, not only where it started); 0 = none. "
         "At most eval.questions of them are used: training skips the first eval.questions of every level.",
         16,
     )
-    samples: int = _help("Completions per held-out question at the training temperature, k.", 4)
-    greedy: bool = _help("Also one greedy completion per question (eval/greedy_solve_rate).", True)
+    samples: int = setting("Completions per held-out question at the training temperature, k.", 4)
+    greedy: bool = setting("Also one greedy completion per question (eval/greedy_solve_rate).", True)
 
     def __post_init__(self) -> None:
-        _check(self.every_rounds >= 0, "eval.every_rounds", "must be >= 0")
-        _check(0 < self.max_share <= 1, "eval.max_share", "must be in (0, 1]")
-        _check(1 <= self.questions <= 512, "eval.questions", "must be 1..512")
-        _check(0 <= self.level_questions <= 512, "eval.level_questions", "must be 0..512")
-        _check(1 <= self.samples <= 64, "eval.samples", "must be 1..64")
+        check(self.every_rounds >= 0, "eval.every_rounds", "must be >= 0")
+        check(0 < self.max_share <= 1, "eval.max_share", "must be in (0, 1]")
+        check(1 <= self.questions <= 512, "eval.questions", "must be 1..512")
+        check(0 <= self.level_questions <= 512, "eval.level_questions", "must be 0..512")
+        check(1 <= self.samples <= 64, "eval.samples", "must be 1..64")
 
 
 @dataclass(frozen=True)
 class NodeConfig:
-    run_dir: str = _help("Directory holding this run's store, checkpoints and config snapshot.", "")
-    seed: int = _help("Seed of everything random in this node.", 0)
+    run_dir: str = setting("Directory holding this run's store, checkpoints and config snapshot.", "")
+    seed: int = setting("Seed of everything random in this node.", 0)
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "The model."})
     tasks: TaskConfig = field(default_factory=TaskConfig, metadata={"help": "Questions and rewards."})
     sampler: SamplerConfig = field(default_factory=SamplerConfig, metadata={"help": "Rollout generation."})
@@ -619,7 +390,7 @@ class NodeConfig:
 
     def replace(self, **changes: Any) -> NodeConfig:
         """Copy with changes; nested ones as dotted keys: replace(**{"train.learning_rate": 1e-4})."""
-        return from_dict(_merge(to_dict(self), _undot(changes)))
+        return from_dict(merge(to_dict(self), undot(changes)))
 
 
 # --- dict / TOML conversion -------------------------------------------------------------
@@ -629,82 +400,13 @@ def to_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def _undot(changes: Mapping[str, Any]) -> dict:
-    out: dict = {}
-    for key, value in changes.items():
-        parts = key.split(".")
-        d = out
-        for p in parts[:-1]:
-            d = d.setdefault(p, {})
-        d[parts[-1]] = value
-    return out
-
-
-def _merge(base: dict, over: Mapping[str, Any]) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        # A task-weight table replaces the default mix instead of adding to it.
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict) and k != "weights":
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    origin = typing.get_origin(tp) or tp
-    if origin in (int,) and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if origin is bool and isinstance(value, bool):
-        return value
-    if origin is str and isinstance(value, str):
-        return value
-    if origin is list and isinstance(value, (list, tuple)):
-        return list(value)
-    if origin is dict and isinstance(value, Mapping):
-        return dict(value)
-    raise ConfigError(f"{key}: expected {getattr(origin, '__name__', origin)}, got {value!r}")
-
-
-def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        where = prefix.rstrip(".") or "the top level"
-        raise ConfigError(
-            f"unknown key(s) {', '.join(prefix + u for u in unknown)} in {where}; known: {', '.join(sorted(fields))}"
-        )
-    kwargs = {}
-    for name, value in data.items():
-        tp = hints[name]
-        if dataclasses.is_dataclass(tp):
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{prefix}{name}: expected a table, got {value!r}")
-            kwargs[name] = _build(tp, value, f"{prefix}{name}.")
-        else:
-            kwargs[name] = _coerce(value, tp, prefix + name)
-    return cls(**kwargs)
-
-
 def from_dict(data: Mapping[str, Any]) -> NodeConfig:
-    return _build(NodeConfig, data, "")
+    return build(NodeConfig, data)
 
 
 def load_config(path: str | os.PathLike) -> NodeConfig:
     """Read a TOML config; a missing file is an error (say which), a broken one names the line."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {p} does not exist") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
-    return from_dict(data)
+    return from_dict(read_toml(path))
 
 
 def dump_config(cfg: NodeConfig) -> str:

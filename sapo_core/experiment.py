@@ -10,7 +10,7 @@ The measure is the held-out evaluation (`sapo_core/evaluation.py`): every node's
 questions no node trains on, before round 1, every `--eval-every` rounds and after the last; per
 arm its difference from the first over paired replicates (an isolated node, or a sharing arm's
 seed), with a 95 % t-interval (`sapo_core/experiment_report.py`). Writes `experiment.csv` (one row
-per seed, arm, node and round), `experiment.png` and `summary.txt`.
+per seed, arm, node and round), `experiment.png` and `summary.txt` (`sapo_core/experiment_files.py`).
 
 Made affordable on a 2-core CPU (docs/experiment.md says what this simplifies): a run's nodes take
 their rounds in turn in one process, sharing the base weights and one llama.cpp sampler; sharing
@@ -35,7 +35,7 @@ from typing import Any
 
 from sapo_core import logs
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, ConfigError, NodeConfig, field_help
-from sapo_core.experiment_report import PLOT_NEEDS_MATPLOTLIB, read_rows, write_outputs
+from sapo_core.experiment_files import PLOT_NEEDS_MATPLOTLIB, read_rows, write_outputs
 from sapo_core.experiment_runs import (
     STOP_GRACE_SECONDS,
     VETERAN_INDEX,
@@ -252,6 +252,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=4, help="nodes per arm and seed, N")
     p.add_argument("--seeds", type=int, default=3, help="repetitions with other seeds")
     p.add_argument("--rounds", type=int, default=100, help="rounds per node")
+    _add_arm_arguments(p)
+    _add_node_arguments(p)
+    _add_layout_arguments(p)
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--out", default="", help="output directory (default: experiment-<time> here)")
+    p.add_argument(
+        "--from-csv",
+        nargs="+",
+        default=[],
+        metavar="CSV",
+        help="run nothing: the summary, plot and CSV of the rows in these experiment.csv files together "
+        "(seeds run at different times or on other machines, with the same settings); --arm or --configs "
+        "names pick the arms and their order (default: all, in the order the files hold them)",
+    )
+    logs.add_level_argument(p)
+    return p
+
+
+def _add_arm_arguments(p: argparse.ArgumentParser) -> None:
+    """What the arms are: their names and NodeConfig overrides."""
     p.add_argument(
         "--arm",
         action="append",
@@ -269,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--local", type=int, default=2, help="round.local_groups of arms that do not set it, I")
     p.add_argument("--external", type=int, default=0, help="round.external_groups of arms that do not set it, J")
+
+
+def _add_node_arguments(p: argparse.ArgumentParser) -> None:
+    """The settings every node of every arm shares: model, tasks, sampling, held-out evaluation."""
     p.add_argument("--model", default="smollm2-135m-instruct", help="catalogue id (tiny-random for a dry run)")
     p.add_argument("--tasks", default="", help="comma-separated datasets (default: the node's easy mix)")
     p.add_argument("--group-size", type=int, default=4, help="completions per question, G")
@@ -289,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--eval-samples", type=int, default=4, help="completions per held-out question")
     p.add_argument("--window-seconds", type=float, default=60.0, help="swarm.window_seconds")
+
+
+def _add_layout_arguments(p: argparse.ArgumentParser) -> None:
+    """How the runs are laid out: processes, veterans beside the newcomers, a time limit."""
     p.add_argument(
         "--jobs",
         type=int,
@@ -325,19 +353,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="a node stops taking rounds once this many minutes have passed since its first round (at most "
         "--rounds) and is evaluated after its last one; 0: exactly --rounds",
     )
-    p.add_argument("--seed", type=int, default=0, help="first seed")
-    p.add_argument("--out", default="", help="output directory (default: experiment-<time> here)")
-    p.add_argument(
-        "--from-csv",
-        nargs="+",
-        default=[],
-        metavar="CSV",
-        help="run nothing: the summary, plot and CSV of the rows in these experiment.csv files together "
-        "(seeds run at different times or on other machines, with the same settings); --arm or --configs "
-        "names pick the arms and their order (default: all, in the order the files hold them)",
-    )
-    logs.add_level_argument(p)
-    return p
 
 
 def _arms(args: argparse.Namespace) -> list[Arm]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sapo_core import logs
-from sapo_core.experiment_report import write_outputs
+from sapo_core.experiment_files import write_outputs
 from sapo_core.roundshape import RoundShape
 
 VETERAN_INDEX = 100  # node indices from here are veterans (--veterans): seeds and identities of their own

@@ -2,7 +2,10 @@
 
 Imports inside functions count too: a cycle hidden in a function-level import still ties two
 layers together (run_probe, which drives a Node, once sat in probe.py, which node.py's model
-resolution read). docs/architecture.md describes the layers."""
+resolution read). docs/architecture.md describes the layers.
+
+Rooms stay small (STYLE.md, habit 10): no module of sapo_core/ or app/ over 500 lines, the round
+loop's node.py within 400, no function over 80 lines."""
 
 from __future__ import annotations
 
@@ -104,3 +107,39 @@ def test_sapo_core_never_imports_qt_or_the_app():
                 continue
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in GUI_MODULES]
     assert offenders == []
+
+
+MAX_MODULE_LINES = 500
+MAX_NODE_LINES = 400  # the round loop should read on a few screens; its helpers live beside it
+MAX_FUNCTION_LINES = 80
+
+
+def _sources() -> list[Path]:
+    return sorted(p for package in ("sapo_core", "app") for p in (ROOT / package).rglob("*.py"))
+
+
+def _line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_no_module_is_over_500_lines():
+    offenders = [f"{p.relative_to(ROOT)}: {n}" for p in _sources() if (n := _line_count(p)) > MAX_MODULE_LINES]
+    assert offenders == [], f"modules over {MAX_MODULE_LINES} lines, split by concern: {offenders}"
+
+
+def test_the_node_module_is_within_400_lines():
+    n = _line_count(ROOT / "sapo_core" / "node.py")
+    assert n <= MAX_NODE_LINES, f"sapo_core/node.py has {n} lines, more than {MAX_NODE_LINES}"
+
+
+def test_no_function_is_over_80_lines():
+    """Counted from the `def` line to the last line of the body, docstring included; nested
+    functions on their own as well as inside their parent."""
+    offenders = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n}")
+    assert offenders == [], f"functions over {MAX_FUNCTION_LINES} lines, split into named steps: {offenders}"

@@ -26,9 +26,9 @@ from sapo_core.experiment import (
     parse_arm,
     parse_configs,
 )
+from sapo_core.experiment_files import PLOT_NEEDS_MATPLOTLIB, write_outputs
 from sapo_core.experiment_report import (
     CSV_FIELDS,
-    PLOT_NEEDS_MATPLOTLIB,
     arm_cost,
     difference,
     final_values,
@@ -36,7 +36,6 @@ from sapo_core.experiment_report import (
     reward_lines,
     total_rewards,
     training_difference,
-    write_outputs,
 )
 
 
