@@ -7,8 +7,10 @@ cached or shipped) in evalbase.py.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
+from sapo_core.config import EvalConfig
 from sapo_core.evalbase import base_cache_path, base_weights, load_cached, load_shipped, save_cached, shipped_key
 from sapo_core.evaluation import (
     Cell,
@@ -18,12 +20,16 @@ from sapo_core.evaluation import (
     capability,
     cell_questions,
     eval_set,
+    eval_within_share,
+    held_out_line,
     measure,
     start_levels,
     summarize,
     upper_cells,
 )
 from sapo_core.hooks import RoundHooks
+from sapo_core.sampler import SamplerError
+from sapo_core.store import RunStore
 from sapo_core.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -79,6 +85,20 @@ class Evaluator:
             self.last_upper = upper
             m.update(self._cell_figures(current, base, upper, upper_base))
         m.update(self._level_figures(current, upper))
+        return m
+
+    def run_timed(self, sampler, policy, hooks: RoundHooks) -> dict[str, float]:
+        """`run` through the node's resilient sampler, with its time (`time/eval`) and its line in
+        the log; {} when the sampler's backend fails."""
+        t0 = time.perf_counter()
+        try:
+            # the backend itself: a crash skips this evaluation, and the next round's sampling falls back
+            m = self.run(sampler.inner, policy, hooks)
+        except SamplerError as e:
+            log.error(f"held-out evaluation skipped: sampler {sampler.name} failed ({e})")
+            return {}
+        m["time/eval"] = time.perf_counter() - t0
+        log.info(held_out_line(m, untrained=policy.version == 0))
         return m
 
     def _cell_figures(
@@ -154,4 +174,17 @@ class Evaluator:
         return scores
 
 
-__all__ = ["Evaluator"]
+def eval_due(store: RunStore, cfg: EvalConfig, r: int) -> bool:
+    """Whether round `r` ends with a held-out evaluation: every eval.every_rounds, once the rounds
+    since the last one (the run store's times) leave it within eval.max_share of the node's time."""
+    every = cfg.every_rounds
+    if not every or r % every:
+        return False
+    eval_rounds, eval_seconds = store.series("time/eval")
+    if not eval_rounds:
+        return True
+    since = [t for x, t in zip(*store.series("time/round")) if x > eval_rounds[-1]]
+    return eval_within_share(eval_seconds[-1], sum(since), cfg.max_share)
+
+
+__all__ = ["Evaluator", "eval_due"]

@@ -44,227 +44,25 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import inspect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from sapo_core import grpo
 from sapo_core.config import TrainConfig
 from sapo_core.hooks import RoundHooks
+from sapo_core.microbatch import (
+    MicroBatch,
+    TrainSequence,
+    make_micro_batches,
+    make_packed_micro_batches,
+    make_prefix_micro_batches,
+)
 from sapo_core.policy import Policy
 from sapo_core.precision import resolve_precision
-
-
-@dataclass
-class TrainSequence:
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    advantage: float
-    sample_logprobs: list[float] | None = None  # the sampling log-probs (ours, or a peer's where sent); NaN: unknown
-    peer: bool = False  # a peer's completion (its sample_logprobs are the peer sampler's)
-    spread: bool = False  # those log-probs are the text's total spread over our tokens (verify.py)
-    guide: bool = False  # a peer's right answer in our own all-wrong group: trained with policy shaping
-
-
-@dataclass
-class _MicroBatch:
-    input_ids: torch.Tensor  # (B, L)
-    attention: torch.Tensor  # (B, L) padding mask, or (B, 1, L, L) additive mask when packed
-    pred_rows: torch.Tensor  # (N,) flat index into (B*L) of hidden states predicting a completion token
-    targets: torch.Tensor  # (N,) the completion tokens
-    seq_of_token: torch.Tensor  # (N,) which row of the micro-batch each token belongs to
-    advantages: torch.Tensor  # (B,)
-    sample_logprobs: torch.Tensor  # (N,) NaN where unknown
-    n_tokens: int  # prompt + completion tokens processed
-    peer_tokens: torch.Tensor | None = None  # (N,) bool: the token belongs to a peer's completion
-    spread_tokens: torch.Tensor | None = None  # (N,) bool: its sequence's log-probs were spread
-    guide_tokens: torch.Tensor | None = None  # (N,) bool: a guide's token (LUFFY's shaped objective)
-
-    def to(self, device: torch.device) -> _MicroBatch:
-        """This micro-batch with its tensors on `device` (the model's: a CUDA GPU, or itself)."""
-        if device.type == "cpu":
-            return self
-        moved = {
-            f.name: getattr(self, f.name).to(device)
-            for f in dataclasses.fields(self)
-            if isinstance(getattr(self, f.name), torch.Tensor)
-        }
-        return dataclasses.replace(self, **moved)
-
-    position_ids: torch.Tensor | None = None  # (B, L) when packed, or (B, C) after a prefix
-    prefix_ids: torch.Tensor | None = None  # (1, P-1) a group's prompt but its last token, run without gradient
-
-
-def _make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> list[_MicroBatch]:
-    # Similar lengths together: less padding to compute (order inside a round is irrelevant).
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids))
-    out = []
-    for start in range(0, len(order), size):
-        part = [seqs[i] for i in order[start : start + size]]
-        length = max(len(s.prompt_ids) + len(s.completion_ids) for s in part)
-        ids = torch.full((len(part), length), pad_id, dtype=torch.long)
-        att = torch.zeros((len(part), length), dtype=torch.long)
-        rows, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
-        for b, s in enumerate(part):
-            full = s.prompt_ids + s.completion_ids
-            ids[b, : len(full)] = torch.tensor(full)
-            att[b, : len(full)] = 1
-            p = len(s.prompt_ids)
-            # hidden state at position t predicts token t+1
-            rows.extend(b * length + t - 1 for t in range(p, len(full)))
-            targets.extend(s.completion_ids)
-            owner.extend([b] * len(s.completion_ids))
-            lp = s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * len(s.completion_ids)
-            slp.extend(lp)
-            peer.extend([s.peer] * len(s.completion_ids))
-            spread.extend([s.spread] * len(s.completion_ids))
-            guide.extend([s.guide] * len(s.completion_ids))
-        out.append(
-            _MicroBatch(
-                input_ids=ids,
-                attention=att,
-                pred_rows=torch.tensor(rows, dtype=torch.long),
-                targets=torch.tensor(targets, dtype=torch.long),
-                seq_of_token=torch.tensor(owner, dtype=torch.long),
-                advantages=torch.tensor([s.advantage for s in part], dtype=torch.float32),
-                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
-                n_tokens=int(att.sum()),
-                peer_tokens=torch.tensor(peer, dtype=torch.bool),
-                spread_tokens=torch.tensor(spread, dtype=torch.bool),
-                guide_tokens=torch.tensor(guide, dtype=torch.bool),
-            )
-        )
-    return out
-
-
-def _make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torch.dtype) -> list[_MicroBatch]:
-    """One row per micro-batch: [prompt, its completions..., next prompt, its completions...].
-
-    A row holds at most `size` x the longest single sequence (the unpacked bound). Token i
-    attends to token j <= i of its own prompt, and a completion token also to its own earlier
-    tokens; positions run 0..p-1 over a prompt and p.. over each completion, as if alone.
-    """
-    budget = size * max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(seqs):
-        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
-    rows: list[list[tuple[tuple[int, ...], list[int]]]] = []  # row -> [(prompt, sequence indices)]
-    used = 0
-    for prompt, members in by_prompt.items():
-        for i in members:
-            c = len(seqs[i].completion_ids)
-            if rows and rows[-1][-1][0] == prompt and used + c <= budget:
-                rows[-1][-1][1].append(i)  # behind its prompt, already in this row
-                used += c
-            elif rows and used + len(prompt) + c <= budget:
-                rows[-1].append((prompt, [i]))
-                used += len(prompt) + c
-            else:
-                rows.append([(prompt, [i])])
-                used = len(prompt) + c
-    out = []
-    for row in rows:
-        ids: list[int] = []
-        pos: list[int] = []
-        prompts: list[tuple[int, int]] = []  # (start, length)
-        spans: list[tuple[int, int, int, int, int]] = []  # (prompt start, prompt length, start, length, sequence)
-        for prompt, members in row:
-            a, p = len(ids), len(prompt)
-            prompts.append((a, p))
-            ids.extend(prompt)
-            pos.extend(range(p))
-            for i in members:
-                comp = seqs[i].completion_ids
-                spans.append((a, p, len(ids), len(comp), i))
-                ids.extend(comp)
-                pos.extend(range(p, p + len(comp)))
-        length = len(ids)
-        allowed = torch.zeros((length, length), dtype=torch.bool)
-        for a, p in prompts:
-            allowed[a : a + p, a : a + p] = torch.ones((p, p), dtype=torch.bool).tril()
-        pred, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
-        for k, (a, p, b, c, i) in enumerate(spans):
-            allowed[b : b + c, a : a + p] = True
-            allowed[b : b + c, b : b + c] = torch.ones((c, c), dtype=torch.bool).tril()
-            s = seqs[i]
-            pred.extend([a + p - 1] + list(range(b, b + c - 1)))  # the prompt's last token predicts the first
-            targets.extend(s.completion_ids)
-            owner.extend([k] * c)
-            slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
-            peer.extend([s.peer] * c)
-            spread.extend([s.spread] * c)
-            guide.extend([s.guide] * c)
-        mask = torch.zeros((1, 1, length, length), dtype=dtype)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        out.append(
-            _MicroBatch(
-                input_ids=torch.tensor([ids], dtype=torch.long),
-                attention=mask,
-                pred_rows=torch.tensor(pred, dtype=torch.long),
-                targets=torch.tensor(targets, dtype=torch.long),
-                seq_of_token=torch.tensor(owner, dtype=torch.long),
-                advantages=torch.tensor([seqs[span[4]].advantage for span in spans], dtype=torch.float32),
-                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
-                n_tokens=length,
-                position_ids=torch.tensor([pos], dtype=torch.long),
-                peer_tokens=torch.tensor(peer, dtype=torch.bool),
-                spread_tokens=torch.tensor(spread, dtype=torch.bool),
-                guide_tokens=torch.tensor(guide, dtype=torch.bool),
-            )
-        )
-    return out
-
-
-def _make_prefix_micro_batches(seqs: list[TrainSequence], pad_id: int) -> list[_MicroBatch]:
-    """One micro-batch per prompt: the prompt but its last token as `prefix_ids` (run once, without
-    gradient), then a row per completion: [the prompt's last token, completion[:-1]], predicting
-    the completion. Positions continue after the prefix, so each completion's log-probs are those of
-    its own row in one full sequence."""
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(seqs):
-        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
-    out = []
-    for prompt, members in by_prompt.items():
-        prefix, last = list(prompt[:-1]), prompt[-1]
-        length = max(len(seqs[i].completion_ids) for i in members)
-        ids = torch.full((len(members), length), pad_id, dtype=torch.long)
-        att = torch.zeros((len(members), len(prefix) + length), dtype=torch.long)
-        att[:, : len(prefix)] = 1
-        rows, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
-        for b, i in enumerate(members):
-            s = seqs[i]
-            c = len(s.completion_ids)
-            ids[b, :c] = torch.tensor([last, *s.completion_ids[:-1]])
-            att[b, len(prefix) : len(prefix) + c] = 1
-            rows.extend(b * length + t for t in range(c))
-            targets.extend(s.completion_ids)
-            owner.extend([b] * c)
-            slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
-            peer.extend([s.peer] * c)
-            spread.extend([s.spread] * c)
-            guide.extend([s.guide] * c)
-        out.append(
-            _MicroBatch(
-                input_ids=ids,
-                attention=att,
-                pred_rows=torch.tensor(rows, dtype=torch.long),
-                targets=torch.tensor(targets, dtype=torch.long),
-                seq_of_token=torch.tensor(owner, dtype=torch.long),
-                advantages=torch.tensor([seqs[i].advantage for i in members], dtype=torch.float32),
-                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
-                n_tokens=len(prefix) + len(targets),
-                position_ids=(torch.arange(length) + len(prefix)).repeat(len(members), 1),
-                peer_tokens=torch.tensor(peer, dtype=torch.bool),
-                spread_tokens=torch.tensor(spread, dtype=torch.bool),
-                guide_tokens=torch.tensor(guide, dtype=torch.bool),
-                prefix_ids=torch.tensor([prefix], dtype=torch.long),
-            )
-        )
-    return out
 
 
 @functools.cache
@@ -286,6 +84,57 @@ def _checkpointing_off(model: torch.nn.Module):
             m.gradient_checkpointing = True
 
 
+@dataclass
+class _Tally:
+    """What an update counts over its micro-batches and steps, and the figures it reports."""
+
+    steps: int
+    completion_tokens: int  # the loss's normaliser: every completion token of the round
+    sums: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("loss", "kl", "clip_low", "clip_high", "ratio", "grad_norm"), 0.0)
+    )
+    tokens: int = 0  # prompt + completion tokens processed, every step
+    drift_sum: float = 0.0
+    drift_n: int = 0
+    guide_tokens: int = 0
+    peer: dict[str, float] = field(default_factory=dict)  # tis_weights' counts, for _peer_summary
+
+    def first_pass(self, mb: MicroBatch, old: torch.Tensor) -> None:
+        """The first step's counts of `mb`: our sampler's drift from the old log-probs `old` (N,),
+        the guides' tokens."""
+        known = ~torch.isnan(mb.sample_logprobs)
+        if mb.peer_tokens is not None:
+            known &= ~mb.peer_tokens  # the drift is our sampler's against our trainer
+        if known.any():
+            self.drift_sum += float((mb.sample_logprobs[known] - old[known]).abs().sum())
+            self.drift_n += int(known.sum())
+        if mb.guide_tokens is not None:
+            self.guide_tokens += int(mb.guide_tokens.sum())
+
+    def figures(self, sequences: int, seconds: float, kl: bool) -> dict[str, float]:
+        sums = self.sums
+        out = {
+            "loss/policy": sums["loss"],
+            "train/clip_low_frac": sums["clip_low"],
+            "train/clip_high_frac": sums["clip_high"],
+            "train/ratio_mean": sums["ratio"],
+            "train/grad_norm": sums["grad_norm"],
+            "train/steps": float(self.steps),
+            "train/sequences": float(sequences),
+            "train/completion_tokens": float(self.completion_tokens),
+            "train/tokens": float(self.tokens),
+            "train/tok_per_s": self.tokens / seconds if seconds > 0 else 0.0,
+        }
+        if kl:
+            out["loss/kl"] = sums["kl"]
+        if self.drift_n:
+            out["sampler/logprob_drift"] = self.drift_sum / self.drift_n
+        if self.guide_tokens:
+            out["train/guide_tokens"] = float(self.guide_tokens)
+        out.update(_peer_summary(self.peer))
+        return out
+
+
 class Trainer:
     def __init__(self, policy: Policy, cfg: TrainConfig, temperature: float = 1.0) -> None:
         self.policy = policy
@@ -303,7 +152,7 @@ class Trainer:
             self._ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False)
 
     # --- log-probs ----------------------------------------------------------------------
-    def _token_logprobs(self, mb: _MicroBatch, body: torch.nn.Module, head: torch.Tensor) -> torch.Tensor:
+    def _token_logprobs(self, mb: MicroBatch, body: torch.nn.Module, head: torch.Tensor) -> torch.Tensor:
         with self.precision.context(mb.input_ids.device.type):
             if mb.prefix_ids is not None:
                 hidden = self._after_prefix(mb, body)  # (B, C, H)
@@ -314,7 +163,7 @@ class Trainer:
         flat = hidden.float().reshape(-1, hidden.shape[-1])  # (B*L, H); the head and log-probs in fp32
         return grpo.token_logprobs(flat[mb.pred_rows], head, mb.targets, self.cfg.logit_chunk, self.temperature)
 
-    def _after_prefix(self, mb: _MicroBatch, body: torch.nn.Module) -> torch.Tensor:
+    def _after_prefix(self, mb: MicroBatch, body: torch.nn.Module) -> torch.Tensor:
         """(B, C, H) hidden states of the completion rows, the prefix's keys and values computed
         without gradient and shared by every row."""
         from transformers import DynamicCache
@@ -335,7 +184,7 @@ class Trainer:
             )
         return out.last_hidden_state
 
-    def _reference_logprobs(self, mb: _MicroBatch) -> torch.Tensor:
+    def _reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
         with torch.no_grad():
             if self._ref_model is not None:
                 return self._token_logprobs(mb, self._ref_model.model, self._ref_model.get_output_embeddings().weight)
@@ -350,26 +199,13 @@ class Trainer:
             return {"train/steps": 0.0}
         model = self.policy.model
         model.train()
-        pad = self.policy.tokenizer.pad_token_id
-        if not self.cfg.prompt_grad:
-            mbs = _make_prefix_micro_batches(seqs, pad)
-        elif self.cfg.pack_prompts:
-            mbs = _make_packed_micro_batches(seqs, self.cfg.micro_batch_size, next(model.parameters()).dtype)
-        else:
-            mbs = _make_micro_batches(seqs, self.cfg.micro_batch_size, pad)
-        device = next(model.parameters()).device
-        mbs = [mb.to(device) for mb in mbs]
-        total_completion = sum(len(mb.targets) for mb in mbs)
-        old: list[torch.Tensor] = []
-        ref: list[torch.Tensor | None] = []
-        if self.cfg.kl_beta > 0:
-            ref = [self._reference_logprobs(mb) for mb in mbs]
-        sums = {"loss": 0.0, "kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "ratio": 0.0, "grad_norm": 0.0}
-        drift_sum, drift_n, tokens, guide_tokens = 0.0, 0, 0, 0
-        weights: list[torch.Tensor | None] = []
-        peer_figures: dict[str, float] = {}
-        t0 = time.perf_counter()
+        mbs = self._micro_batches(seqs, prefix=not self.cfg.prompt_grad)
         steps = self.cfg.steps_per_round
+        tally = _Tally(steps, sum(len(mb.targets) for mb in mbs))
+        ref: list[torch.Tensor] = [self._reference_logprobs(mb) for mb in mbs] if self.cfg.kl_beta > 0 else []
+        old: list[torch.Tensor] = []
+        weights: list[torch.Tensor | None] = []
+        t0 = time.perf_counter()
         for step in range(steps):
             self.optimizer.zero_grad(set_to_none=True)
             body, head = self.policy.body(), self.policy.head_weight()
@@ -377,71 +213,73 @@ class Trainer:
                 hooks.checkpoint()
                 hooks.progress("update", step * len(mbs) + i, steps * len(mbs), step=step)
                 logp = self._token_logprobs(mb, body, head)  # (N,)
-                if step == 0:
+                if step == 0:  # the policy is still the old one (module docstring)
                     old.append(logp.detach())
-                    known = ~torch.isnan(mb.sample_logprobs)
-                    if mb.peer_tokens is not None:
-                        known &= ~mb.peer_tokens  # the drift is our sampler's against our trainer
-                    weights.append(self._peer_weights(mb, old[i], peer_figures))
-                    if known.any():
-                        drift_sum += float((mb.sample_logprobs[known] - old[i][known]).abs().sum())
-                        drift_n += int(known.sum())
-                adv = mb.advantages[mb.seq_of_token]  # (N,) each token carries its sequence's advantage
-                mask = torch.ones_like(logp)
-                # token-flat form of grpo.clipped_surrogate: N rows of length 1
-                loss_tok, st = grpo.clipped_surrogate(
-                    logp[:, None], old[i][:, None], adv, mask[:, None], self.cfg.epsilon_low, self.cfg.epsilon_high
-                )
-                if weights[i] is not None:
-                    loss_tok = loss_tok * weights[i][:, None]
-                if mb.guide_tokens is not None and bool(mb.guide_tokens.any()):
-                    # a guide's tokens: LUFFY's shaped objective, -A f(p), unclipped (see module docstring)
-                    shaped = -adv * grpo.policy_shaping(logp, self.cfg.guide_gamma)
-                    loss_tok = torch.where(mb.guide_tokens[:, None], shaped[:, None], loss_tok)
-                    if step == 0:
-                        guide_tokens += int(mb.guide_tokens.sum())
-                loss = loss_tok.sum()
-                if self.cfg.kl_beta > 0:
-                    kl = grpo.kl_k3(logp, ref[i], mask).sum()
-                    loss = loss + self.cfg.kl_beta * kl
-                    sums["kl"] += float(kl.detach()) / total_completion / steps
-                (loss / total_completion).backward()
-                n = len(mb.targets)
-                sums["loss"] += float(loss_tok.detach().sum()) / total_completion / steps
-                sums["clip_low"] += float(st.clipped_low) * n / total_completion / steps
-                sums["clip_high"] += float(st.clipped_high) * n / total_completion / steps
-                sums["ratio"] += float(st.ratio_mean) * n / total_completion / steps
-                tokens += mb.n_tokens
+                    weights.append(self._peer_weights(mb, old[i], tally.peer))
+                    tally.first_pass(mb, old[i])
+                loss = self._loss(mb, logp, old[i], weights[i], ref[i] if ref else None, tally)
+                (loss / tally.completion_tokens).backward()
+                tally.tokens += mb.n_tokens
             params = self.policy.trainable_parameters()
             max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
             norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-            sums["grad_norm"] += float(norm) / steps
+            tally.sums["grad_norm"] += float(norm) / steps
             self.optimizer.step()
             self.policy.version += 1
         model.eval()
-        seconds = time.perf_counter() - t0
-        out = {
-            "loss/policy": sums["loss"],
-            "train/clip_low_frac": sums["clip_low"],
-            "train/clip_high_frac": sums["clip_high"],
-            "train/ratio_mean": sums["ratio"],
-            "train/grad_norm": sums["grad_norm"],
-            "train/steps": float(steps),
-            "train/sequences": float(len(seqs)),
-            "train/completion_tokens": float(total_completion),
-            "train/tokens": float(tokens),
-            "train/tok_per_s": tokens / seconds if seconds > 0 else 0.0,
-        }
-        if self.cfg.kl_beta > 0:
-            out["loss/kl"] = sums["kl"]
-        if drift_n:
-            out["sampler/logprob_drift"] = drift_sum / drift_n
-        if guide_tokens:
-            out["train/guide_tokens"] = float(guide_tokens)
-        out.update(_peer_summary(peer_figures))
-        return out
+        return tally.figures(len(seqs), time.perf_counter() - t0, kl=self.cfg.kl_beta > 0)
 
-    def _peer_weights(self, mb: _MicroBatch, old: torch.Tensor, figures: dict[str, float]) -> torch.Tensor | None:
+    def _loss(
+        self,
+        mb: MicroBatch,
+        logp: torch.Tensor,  # (N,) the current policy's
+        old: torch.Tensor,  # (N,) the first step's, detached
+        weight: torch.Tensor | None,  # (N,) F-TIS weights, or None
+        ref: torch.Tensor | None,  # (N,) the reference's, with KL
+        tally: _Tally,
+    ) -> torch.Tensor:
+        """The summed loss of one micro-batch's tokens (not yet divided by the round's tokens); its
+        figures go to `tally`."""
+        adv = mb.advantages[mb.seq_of_token]  # (N,) each token carries its sequence's advantage
+        mask = torch.ones_like(logp)
+        # token-flat form of grpo.clipped_surrogate: N rows of length 1
+        loss_tok, st = grpo.clipped_surrogate(
+            logp[:, None], old[:, None], adv, mask[:, None], self.cfg.epsilon_low, self.cfg.epsilon_high
+        )
+        if weight is not None:
+            loss_tok = loss_tok * weight[:, None]
+        if mb.guide_tokens is not None and bool(mb.guide_tokens.any()):
+            # a guide's tokens: LUFFY's shaped objective, -A f(p), unclipped (see module docstring)
+            shaped = -adv * grpo.policy_shaping(logp, self.cfg.guide_gamma)
+            loss_tok = torch.where(mb.guide_tokens[:, None], shaped[:, None], loss_tok)
+        loss = loss_tok.sum()
+        sums, total, steps = tally.sums, tally.completion_tokens, tally.steps
+        if self.cfg.kl_beta > 0:
+            kl = grpo.kl_k3(logp, ref, mask).sum()
+            loss = loss + self.cfg.kl_beta * kl
+            sums["kl"] += float(kl.detach()) / total / steps
+        n = len(mb.targets)
+        sums["loss"] += float(loss_tok.detach().sum()) / total / steps
+        sums["clip_low"] += float(st.clipped_low) * n / total / steps
+        sums["clip_high"] += float(st.clipped_high) * n / total / steps
+        sums["ratio"] += float(st.ratio_mean) * n / total / steps
+        return loss
+
+    def _micro_batches(self, seqs: list[TrainSequence], prefix: bool) -> list[MicroBatch]:
+        """`seqs` in micro-batches on the model's device: each prompt's prefix run once without
+        gradient (`prefix`), packed behind their prompts (train.pack_prompts), or padded rows."""
+        model = self.policy.model
+        pad = self.policy.tokenizer.pad_token_id
+        if prefix:
+            mbs = make_prefix_micro_batches(seqs, pad)
+        elif self.cfg.pack_prompts:
+            mbs = make_packed_micro_batches(seqs, self.cfg.micro_batch_size, next(model.parameters()).dtype)
+        else:
+            mbs = make_micro_batches(seqs, self.cfg.micro_batch_size, pad)
+        device = next(model.parameters()).device
+        return [mb.to(device) for mb in mbs]
+
+    def _peer_weights(self, mb: MicroBatch, old: torch.Tensor, figures: dict[str, float]) -> torch.Tensor | None:
         """(N,) the F-TIS weight of each token of `mb` (1 for ours), or None where nothing is
         corrected; adds to `figures` what `_peer_summary` reports."""
         peer = mb.peer_tokens
@@ -474,14 +312,8 @@ class Trainer:
         ]
         if not tagged:
             return out
-        model = self.policy.model
-        model.eval()
-        if self.cfg.pack_prompts:
-            mbs = _make_packed_micro_batches(tagged, self.cfg.micro_batch_size, next(model.parameters()).dtype)
-        else:
-            mbs = _make_micro_batches(tagged, self.cfg.micro_batch_size, self.policy.tokenizer.pad_token_id)
-        device = next(model.parameters()).device
-        mbs = [mb.to(device) for mb in mbs]
+        self.policy.model.eval()
+        mbs = self._micro_batches(tagged, prefix=False)
         with torch.no_grad():
             body, head = self.policy.body(), self.policy.head_weight()
             for mb in mbs:

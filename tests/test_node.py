@@ -15,6 +15,7 @@ from sapo_core.batch import external_token_ids
 from sapo_core.config import NodeConfig
 from sapo_core.contributions import receipt_totals
 from sapo_core.evaluation import eval_within_share
+from sapo_core.evaluator import eval_due
 from sapo_core.hooks import Interrupted, NullHooks
 from sapo_core.node import Node
 from sapo_core.rollouts import Completion, Group
@@ -363,22 +364,26 @@ def test_held_out_figures_come_before_round_one_every_n_rounds_and_at_the_end(tm
 def test_a_due_evaluation_waits_until_it_fits_in_its_share_of_the_node_s_time(tmp_path):
     assert eval_within_share(100.0, 900.0, 0.1) and not eval_within_share(100.0, 899.0, 0.1)
     assert eval_within_share(100.0, 0.0, 1.0)  # share 1: whenever every_rounds says
-    node = Node(NodeConfig().replace(**{"run_dir": str(tmp_path), "eval.every_rounds": 10, "eval.max_share": 0.1}))
-    node.store = RunStore(tmp_path / "rounds.sqlite")
-    assert node._eval_due(10) and not node._eval_due(15)  # no evaluation yet: the schedule alone
-    node.store.record_round(10, {"time/round": 20.0, "time/eval": 300.0}, 0.0)  # 300 s: wait 2700 s of rounds
+    cfg = NodeConfig().replace(**{"eval.every_rounds": 10, "eval.max_share": 0.1}).eval
+    store = RunStore(tmp_path / "rounds.sqlite")
+
+    def due(r):
+        return eval_due(store, cfg, r)
+
+    assert due(10) and not due(15)  # no evaluation yet: the schedule alone
+    store.record_round(10, {"time/round": 20.0, "time/eval": 300.0}, 0.0)  # 300 s: wait 2700 s of rounds
 
     def rounds_until(end):
-        for r in range(node.store.last_round() + 1, end):
-            node.store.record_round(r, {"time/round": 60.0}, 0.0)
+        for r in range(store.last_round() + 1, end):
+            store.record_round(r, {"time/round": 60.0}, 0.0)
 
     rounds_until(20)
-    assert not node._eval_due(20)  # 9 rounds since, 540 s
+    assert not due(20)  # 9 rounds since, 540 s
     rounds_until(40)
-    assert not node._eval_due(40)  # 29 rounds, 1740 s: skipped to the next multiple of 10
+    assert not due(40)  # 29 rounds, 1740 s: skipped to the next multiple of 10
     rounds_until(60)
-    assert node._eval_due(60) and not node._eval_due(55)  # 49 rounds, 2940 s; 55 is off the schedule
-    node.store.close()
+    assert due(60) and not due(55)  # 49 rounds, 2940 s; 55 is off the schedule
+    store.close()
 
 
 def test_sampling_seeds_mix_in_the_node_identity(tmp_path, data_dir):

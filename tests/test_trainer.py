@@ -258,9 +258,9 @@ def test_the_update_runs_where_train_device_says():
 
 
 def test_micro_batches_follow_the_models_device():
-    from sapo_core.trainer import _make_packed_micro_batches
+    from sapo_core.microbatch import make_packed_micro_batches
 
-    (mb,) = _make_packed_micro_batches(sequences()[:2], 4, torch.float32)
+    (mb,) = make_packed_micro_batches(sequences()[:2], 4, torch.float32)
     assert mb.to(torch.device("cpu")) is mb
     moved = mb.to(torch.device("meta"))  # every tensor goes; counts stay
     assert {t.device.type for t in vars(moved).values() if isinstance(t, torch.Tensor)} == {"meta"}
@@ -285,13 +285,13 @@ def test_the_update_on_cuda_matches_the_cpu():
 
 def _per_sequence_logprobs(trainer, seqs):
     """Each sequence's completion log-probs through the trainer's own micro-batches and forward."""
-    from sapo_core.trainer import _make_packed_micro_batches, _make_prefix_micro_batches
+    from sapo_core.microbatch import make_packed_micro_batches, make_prefix_micro_batches
 
     tagged = [TrainSequence(s.prompt_ids, s.completion_ids, float(i)) for i, s in enumerate(seqs)]
     if trainer.cfg.prompt_grad:
-        mbs = _make_packed_micro_batches(tagged, 4, torch.float32)
+        mbs = make_packed_micro_batches(tagged, 4, torch.float32)
     else:
-        mbs = _make_prefix_micro_batches(tagged, 0)
+        mbs = make_prefix_micro_batches(tagged, 0)
     out = [[] for _ in seqs]
     body, head = trainer.policy.body(), trainer.policy.head_weight()
     with torch.no_grad():

@@ -4,7 +4,7 @@ The embedded model (or `--set model.name=...`) samples completions on the defaul
 node's round does (`Node._sample_and_score`: the node's sampler, temperature and
 max_new_tokens). Each is then treated as a peer's completion, its text alone -- re-tokenised,
 cut to our limit, the stop token only if it finished (`batch.external_token_ids`) -- and scored
-as the node scores peers' text (`Node._peer_logprobs`, then `verify.likelihood_score`: the
+as the node scores peers' text (`swarmsteps.PeerJudges.policy_logprobs`, then `verify.likelihood_score`: the
 lowest mean log-likelihood per token over `swarm.likelihood_window` tokens, under the current
 policy).
 Beside them, two poisons built from the same questions with the right answer in them: the
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             sample_s = time.perf_counter() - started
             scores = {}
             for name, these in pairs.items():
-                lps = node._peer_logprobs(these)
+                lps = node._judges.policy_logprobs(these)
                 scores[name] = {
                     "window": [likelihood_score(x, window) for x in lps if x],
                     "mean": [statistics.fmean(x) for x in lps if x],

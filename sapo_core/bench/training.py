@@ -77,13 +77,13 @@ def _plain_step(policy, optimizer, seqs, micro: int, precision) -> int:
     """One optimizer step of ordinary causal-LM fine-tuning over `seqs`; returns tokens processed."""
     import torch
 
-    from sapo_core.trainer import _make_micro_batches
+    from sapo_core.microbatch import make_micro_batches
 
     model = policy.model
     model.train()
     optimizer.zero_grad(set_to_none=True)
     tokens = 0
-    for mb in _make_micro_batches(seqs, micro, policy.tokenizer.pad_token_id):
+    for mb in make_micro_batches(seqs, micro, policy.tokenizer.pad_token_id):
         labels = mb.input_ids.masked_fill(mb.attention == 0, -100)
         with precision.context("cpu"):
             out = model(input_ids=mb.input_ids, attention_mask=mb.attention, labels=labels)

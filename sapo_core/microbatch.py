@@ -1,0 +1,225 @@
+"""The trainer's input: a round's sequences, and the micro-batches its forward passes run over.
+
+Three layouts of the same sequences, each giving every completion token the log-prob of its own
+sequence (trainer.py's docstring says when each is used):
+- padded: a row per sequence, similar lengths together;
+- packed (train.pack_prompts): a row holding each prompt once, followed by its completions,
+  behind a block attention mask;
+- prefix (train.prompt_grad = false): a micro-batch per prompt, the prompt run once without
+  gradient, a row per completion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TrainSequence:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+    sample_logprobs: list[float] | None = None  # the sampling log-probs (ours, or a peer's where sent); NaN: unknown
+    peer: bool = False  # a peer's completion (its sample_logprobs are the peer sampler's)
+    spread: bool = False  # those log-probs are the text's total spread over our tokens (verify.py)
+    guide: bool = False  # a peer's right answer in our own all-wrong group: trained with policy shaping
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # (B, L)
+    attention: torch.Tensor  # (B, L) padding mask, or (B, 1, L, L) additive mask when packed
+    pred_rows: torch.Tensor  # (N,) flat index into (B*L) of hidden states predicting a completion token
+    targets: torch.Tensor  # (N,) the completion tokens
+    seq_of_token: torch.Tensor  # (N,) which row of the micro-batch each token belongs to
+    advantages: torch.Tensor  # (B,)
+    sample_logprobs: torch.Tensor  # (N,) NaN where unknown
+    n_tokens: int  # prompt + completion tokens processed
+    peer_tokens: torch.Tensor | None = None  # (N,) bool: the token belongs to a peer's completion
+    spread_tokens: torch.Tensor | None = None  # (N,) bool: its sequence's log-probs were spread
+    guide_tokens: torch.Tensor | None = None  # (N,) bool: a guide's token (LUFFY's shaped objective)
+
+    def to(self, device: torch.device) -> MicroBatch:
+        """This micro-batch with its tensors on `device` (the model's: a CUDA GPU, or itself)."""
+        if device.type == "cpu":
+            return self
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
+
+    position_ids: torch.Tensor | None = None  # (B, L) when packed, or (B, C) after a prefix
+    prefix_ids: torch.Tensor | None = None  # (1, P-1) a group's prompt but its last token, run without gradient
+
+
+def make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> list[MicroBatch]:
+    # Similar lengths together: less padding to compute (order inside a round is irrelevant).
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids))
+    out = []
+    for start in range(0, len(order), size):
+        part = [seqs[i] for i in order[start : start + size]]
+        length = max(len(s.prompt_ids) + len(s.completion_ids) for s in part)
+        ids = torch.full((len(part), length), pad_id, dtype=torch.long)
+        att = torch.zeros((len(part), length), dtype=torch.long)
+        rows, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
+        for b, s in enumerate(part):
+            full = s.prompt_ids + s.completion_ids
+            ids[b, : len(full)] = torch.tensor(full)
+            att[b, : len(full)] = 1
+            p = len(s.prompt_ids)
+            # hidden state at position t predicts token t+1
+            rows.extend(b * length + t - 1 for t in range(p, len(full)))
+            targets.extend(s.completion_ids)
+            owner.extend([b] * len(s.completion_ids))
+            lp = s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * len(s.completion_ids)
+            slp.extend(lp)
+            peer.extend([s.peer] * len(s.completion_ids))
+            spread.extend([s.spread] * len(s.completion_ids))
+            guide.extend([s.guide] * len(s.completion_ids))
+        out.append(
+            MicroBatch(
+                input_ids=ids,
+                attention=att,
+                pred_rows=torch.tensor(rows, dtype=torch.long),
+                targets=torch.tensor(targets, dtype=torch.long),
+                seq_of_token=torch.tensor(owner, dtype=torch.long),
+                advantages=torch.tensor([s.advantage for s in part], dtype=torch.float32),
+                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
+                n_tokens=int(att.sum()),
+                peer_tokens=torch.tensor(peer, dtype=torch.bool),
+                spread_tokens=torch.tensor(spread, dtype=torch.bool),
+                guide_tokens=torch.tensor(guide, dtype=torch.bool),
+            )
+        )
+    return out
+
+
+def make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torch.dtype) -> list[MicroBatch]:
+    """One row per micro-batch: [prompt, its completions..., next prompt, its completions...].
+
+    A row holds at most `size` x the longest single sequence (the unpacked bound). Token i
+    attends to token j <= i of its own prompt, and a completion token also to its own earlier
+    tokens; positions run 0..p-1 over a prompt and p.. over each completion, as if alone.
+    """
+    budget = size * max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    rows: list[list[tuple[tuple[int, ...], list[int]]]] = []  # row -> [(prompt, sequence indices)]
+    used = 0
+    for prompt, members in by_prompt.items():
+        for i in members:
+            c = len(seqs[i].completion_ids)
+            if rows and rows[-1][-1][0] == prompt and used + c <= budget:
+                rows[-1][-1][1].append(i)  # behind its prompt, already in this row
+                used += c
+            elif rows and used + len(prompt) + c <= budget:
+                rows[-1].append((prompt, [i]))
+                used += len(prompt) + c
+            else:
+                rows.append([(prompt, [i])])
+                used = len(prompt) + c
+    out = []
+    for row in rows:
+        ids: list[int] = []
+        pos: list[int] = []
+        prompts: list[tuple[int, int]] = []  # (start, length)
+        spans: list[tuple[int, int, int, int, int]] = []  # (prompt start, prompt length, start, length, sequence)
+        for prompt, members in row:
+            a, p = len(ids), len(prompt)
+            prompts.append((a, p))
+            ids.extend(prompt)
+            pos.extend(range(p))
+            for i in members:
+                comp = seqs[i].completion_ids
+                spans.append((a, p, len(ids), len(comp), i))
+                ids.extend(comp)
+                pos.extend(range(p, p + len(comp)))
+        length = len(ids)
+        allowed = torch.zeros((length, length), dtype=torch.bool)
+        for a, p in prompts:
+            allowed[a : a + p, a : a + p] = torch.ones((p, p), dtype=torch.bool).tril()
+        pred, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
+        for k, (a, p, b, c, i) in enumerate(spans):
+            allowed[b : b + c, a : a + p] = True
+            allowed[b : b + c, b : b + c] = torch.ones((c, c), dtype=torch.bool).tril()
+            s = seqs[i]
+            pred.extend([a + p - 1] + list(range(b, b + c - 1)))  # the prompt's last token predicts the first
+            targets.extend(s.completion_ids)
+            owner.extend([k] * c)
+            slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
+            peer.extend([s.peer] * c)
+            spread.extend([s.spread] * c)
+            guide.extend([s.guide] * c)
+        mask = torch.zeros((1, 1, length, length), dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        out.append(
+            MicroBatch(
+                input_ids=torch.tensor([ids], dtype=torch.long),
+                attention=mask,
+                pred_rows=torch.tensor(pred, dtype=torch.long),
+                targets=torch.tensor(targets, dtype=torch.long),
+                seq_of_token=torch.tensor(owner, dtype=torch.long),
+                advantages=torch.tensor([seqs[span[4]].advantage for span in spans], dtype=torch.float32),
+                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
+                n_tokens=length,
+                position_ids=torch.tensor([pos], dtype=torch.long),
+                peer_tokens=torch.tensor(peer, dtype=torch.bool),
+                spread_tokens=torch.tensor(spread, dtype=torch.bool),
+                guide_tokens=torch.tensor(guide, dtype=torch.bool),
+            )
+        )
+    return out
+
+
+def make_prefix_micro_batches(seqs: list[TrainSequence], pad_id: int) -> list[MicroBatch]:
+    """One micro-batch per prompt: the prompt but its last token as `prefix_ids` (run once, without
+    gradient), then a row per completion: [the prompt's last token, completion[:-1]], predicting
+    the completion. Positions continue after the prefix, so each completion's log-probs are those of
+    its own row in one full sequence."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    out = []
+    for prompt, members in by_prompt.items():
+        prefix, last = list(prompt[:-1]), prompt[-1]
+        length = max(len(seqs[i].completion_ids) for i in members)
+        ids = torch.full((len(members), length), pad_id, dtype=torch.long)
+        att = torch.zeros((len(members), len(prefix) + length), dtype=torch.long)
+        att[:, : len(prefix)] = 1
+        rows, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
+        for b, i in enumerate(members):
+            s = seqs[i]
+            c = len(s.completion_ids)
+            ids[b, :c] = torch.tensor([last, *s.completion_ids[:-1]])
+            att[b, len(prefix) : len(prefix) + c] = 1
+            rows.extend(b * length + t for t in range(c))
+            targets.extend(s.completion_ids)
+            owner.extend([b] * c)
+            slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
+            peer.extend([s.peer] * c)
+            spread.extend([s.spread] * c)
+            guide.extend([s.guide] * c)
+        out.append(
+            MicroBatch(
+                input_ids=ids,
+                attention=att,
+                pred_rows=torch.tensor(rows, dtype=torch.long),
+                targets=torch.tensor(targets, dtype=torch.long),
+                seq_of_token=torch.tensor(owner, dtype=torch.long),
+                advantages=torch.tensor([seqs[i].advantage for i in members], dtype=torch.float32),
+                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
+                n_tokens=len(prefix) + len(targets),
+                position_ids=(torch.arange(length) + len(prefix)).repeat(len(members), 1),
+                peer_tokens=torch.tensor(peer, dtype=torch.bool),
+                spread_tokens=torch.tensor(spread, dtype=torch.bool),
+                guide_tokens=torch.tensor(guide, dtype=torch.bool),
+                prefix_ids=torch.tensor([prefix], dtype=torch.long),
+            )
+        )
+    return out
