@@ -140,7 +140,10 @@ class Node:
         self._evaluator = None
         if cfg.eval.enabled:
             settings, level_questions = EvalSettings.for_config(cfg), min(cfg.eval.level_questions, cfg.eval.questions)
-            self._evaluator = Evaluator(self.tasks, settings, cfg.eval.questions, paths.cache_dir(), level_questions)
+            sha = self._base.sha256 if self._base is not None else ""  # a shipped base result is of one file
+            self._evaluator = Evaluator(
+                self.tasks, settings, cfg.eval.questions, paths.cache_dir(), level_questions, model_sha256=sha
+            )
 
     def _resume(self) -> None:
         state = resume(self.run_dir, self.checkpoints, self.store, self.policy, self.trainer, self.tasks, self._base)

@@ -325,3 +325,27 @@ def test_the_shipped_base_result_is_what_this_machine_measures(capsys):
     assert main(["baseeval", "--threads", "1"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "shipped: the same" in line, line
+
+
+@pytest.mark.slow
+def test_a_new_node_at_the_defaults_takes_the_shipped_base_result(tmp_path, data_dir, monkeypatch):
+    """A volunteer's first node (the embedded model, default settings): the base model's held-out
+    result before round 1 is the shipped one, found by the model file's SHA-256, so not one base
+    completion is sampled (a fresh first run measured it for 99 s while the node passed no SHA-256)."""
+    from sapo_core import evaluator
+    from sapo_core.config import NodeConfig
+    from sapo_core.node import Node
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("the base model was measured, not taken from resources/eval-base/")
+
+    monkeypatch.setattr(evaluator, "load_cached", lambda path, questions: None)  # as on a fresh machine
+    monkeypatch.setattr(evaluator, "measure", no_sampling)
+    node = Node(NodeConfig().replace(**{"run_dir": str(tmp_path / "run"), "swarm.enabled": False}))
+    node.setup()
+    try:
+        figures = node.evaluate()
+    finally:
+        node.close()
+    assert figures["eval/solve_rate_base"] == figures["eval/solve_rate"] == pytest.approx(0.148, abs=0.001)
+    assert figures["eval/capability_base"] == pytest.approx(0.081, abs=0.001)

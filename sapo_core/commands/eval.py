@@ -65,7 +65,7 @@ def evaluate_run(
     from sapo_core.evaluation import EvalSettings, gains_by_dataset
     from sapo_core.evaluator import Evaluator
     from sapo_core.hooks import NullHooks
-    from sapo_core.modelfiles import resolve_model
+    from sapo_core.modelfiles import fingerprint, resolve_model
     from sapo_core.policy import load_policy
     from sapo_core.sampler import make_sampler
     from sapo_core.tasks import TaskSet
@@ -99,9 +99,9 @@ def evaluate_run(
     try:
         if cfg.sampler.threads:
             sampler.set_threads(cfg.sampler.threads)
-        evaluator = Evaluator(
-            tasks, settings, cfg.eval.questions, paths.cache_dir(), min(cfg.eval.level_questions, cfg.eval.questions)
-        )
+        sha = fingerprint(plan.gguf, paths.cache_dir()) if plan.gguf is not None else ""
+        level_questions = min(cfg.eval.level_questions, cfg.eval.questions)
+        evaluator = Evaluator(tasks, settings, cfg.eval.questions, paths.cache_dir(), level_questions, model_sha256=sha)
         evaluator.run(sampler, policy, hooks)  # the base model, measured or from the cache
         state = load_checkpoint(policy, path)
         if "tasks" in state.get("extra", {}):
