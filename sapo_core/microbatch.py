@@ -57,6 +57,39 @@ class MicroBatch:
     prefix_ids: torch.Tensor | None = None  # (1, P-1) a group's prompt but its last token, run without gradient
 
 
+@dataclass
+class _TokenLabels:
+    """What each completion token of a micro-batch carries, filled sequence by sequence: its
+    target, its row, its sampling log-prob and whose text it is. The same in every layout."""
+
+    targets: list[int] = dataclasses.field(default_factory=list)
+    owner: list[int] = dataclasses.field(default_factory=list)
+    slp: list[float] = dataclasses.field(default_factory=list)
+    peer: list[bool] = dataclasses.field(default_factory=list)
+    spread: list[bool] = dataclasses.field(default_factory=list)
+    guide: list[bool] = dataclasses.field(default_factory=list)
+
+    def add(self, row: int, s: TrainSequence) -> None:
+        c = len(s.completion_ids)
+        self.targets.extend(s.completion_ids)
+        self.owner.extend([row] * c)
+        self.slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
+        self.peer.extend([s.peer] * c)
+        self.spread.extend([s.spread] * c)
+        self.guide.extend([s.guide] * c)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """MicroBatch's per-token fields."""
+        return dict(
+            targets=torch.tensor(self.targets, dtype=torch.long),
+            seq_of_token=torch.tensor(self.owner, dtype=torch.long),
+            sample_logprobs=torch.tensor(self.slp, dtype=torch.float32),
+            peer_tokens=torch.tensor(self.peer, dtype=torch.bool),
+            spread_tokens=torch.tensor(self.spread, dtype=torch.bool),
+            guide_tokens=torch.tensor(self.guide, dtype=torch.bool),
+        )
+
+
 def make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> list[MicroBatch]:
     # Similar lengths together: less padding to compute (order inside a round is irrelevant).
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids))
@@ -66,7 +99,7 @@ def make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> lis
         length = max(len(s.prompt_ids) + len(s.completion_ids) for s in part)
         ids = torch.full((len(part), length), pad_id, dtype=torch.long)
         att = torch.zeros((len(part), length), dtype=torch.long)
-        rows, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
+        rows, tokens = [], _TokenLabels()
         for b, s in enumerate(part):
             full = s.prompt_ids + s.completion_ids
             ids[b, : len(full)] = torch.tensor(full)
@@ -74,26 +107,15 @@ def make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> lis
             p = len(s.prompt_ids)
             # hidden state at position t predicts token t+1
             rows.extend(b * length + t - 1 for t in range(p, len(full)))
-            targets.extend(s.completion_ids)
-            owner.extend([b] * len(s.completion_ids))
-            lp = s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * len(s.completion_ids)
-            slp.extend(lp)
-            peer.extend([s.peer] * len(s.completion_ids))
-            spread.extend([s.spread] * len(s.completion_ids))
-            guide.extend([s.guide] * len(s.completion_ids))
+            tokens.add(b, s)
         out.append(
             MicroBatch(
                 input_ids=ids,
                 attention=att,
                 pred_rows=torch.tensor(rows, dtype=torch.long),
-                targets=torch.tensor(targets, dtype=torch.long),
-                seq_of_token=torch.tensor(owner, dtype=torch.long),
                 advantages=torch.tensor([s.advantage for s in part], dtype=torch.float32),
-                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
                 n_tokens=int(att.sum()),
-                peer_tokens=torch.tensor(peer, dtype=torch.bool),
-                spread_tokens=torch.tensor(spread, dtype=torch.bool),
-                guide_tokens=torch.tensor(guide, dtype=torch.bool),
+                **tokens.tensors(),
             )
         )
     return out
@@ -144,18 +166,12 @@ def make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torch
         allowed = torch.zeros((length, length), dtype=torch.bool)
         for a, p in prompts:
             allowed[a : a + p, a : a + p] = torch.ones((p, p), dtype=torch.bool).tril()
-        pred, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
+        pred, tokens = [], _TokenLabels()
         for k, (a, p, b, c, i) in enumerate(spans):
             allowed[b : b + c, a : a + p] = True
             allowed[b : b + c, b : b + c] = torch.ones((c, c), dtype=torch.bool).tril()
-            s = seqs[i]
             pred.extend([a + p - 1] + list(range(b, b + c - 1)))  # the prompt's last token predicts the first
-            targets.extend(s.completion_ids)
-            owner.extend([k] * c)
-            slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
-            peer.extend([s.peer] * c)
-            spread.extend([s.spread] * c)
-            guide.extend([s.guide] * c)
+            tokens.add(k, seqs[i])
         mask = torch.zeros((1, 1, length, length), dtype=dtype)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         out.append(
@@ -163,15 +179,10 @@ def make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torch
                 input_ids=torch.tensor([ids], dtype=torch.long),
                 attention=mask,
                 pred_rows=torch.tensor(pred, dtype=torch.long),
-                targets=torch.tensor(targets, dtype=torch.long),
-                seq_of_token=torch.tensor(owner, dtype=torch.long),
                 advantages=torch.tensor([seqs[span[4]].advantage for span in spans], dtype=torch.float32),
-                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
                 n_tokens=length,
                 position_ids=torch.tensor([pos], dtype=torch.long),
-                peer_tokens=torch.tensor(peer, dtype=torch.bool),
-                spread_tokens=torch.tensor(spread, dtype=torch.bool),
-                guide_tokens=torch.tensor(guide, dtype=torch.bool),
+                **tokens.tensors(),
             )
         )
     return out
@@ -192,34 +203,24 @@ def make_prefix_micro_batches(seqs: list[TrainSequence], pad_id: int) -> list[Mi
         ids = torch.full((len(members), length), pad_id, dtype=torch.long)
         att = torch.zeros((len(members), len(prefix) + length), dtype=torch.long)
         att[:, : len(prefix)] = 1
-        rows, targets, owner, slp, peer, spread, guide = [], [], [], [], [], [], []
+        rows, tokens = [], _TokenLabels()
         for b, i in enumerate(members):
             s = seqs[i]
             c = len(s.completion_ids)
             ids[b, :c] = torch.tensor([last, *s.completion_ids[:-1]])
             att[b, len(prefix) : len(prefix) + c] = 1
             rows.extend(b * length + t for t in range(c))
-            targets.extend(s.completion_ids)
-            owner.extend([b] * c)
-            slp.extend(s.sample_logprobs if s.sample_logprobs is not None else [float("nan")] * c)
-            peer.extend([s.peer] * c)
-            spread.extend([s.spread] * c)
-            guide.extend([s.guide] * c)
+            tokens.add(b, s)
         out.append(
             MicroBatch(
                 input_ids=ids,
                 attention=att,
                 pred_rows=torch.tensor(rows, dtype=torch.long),
-                targets=torch.tensor(targets, dtype=torch.long),
-                seq_of_token=torch.tensor(owner, dtype=torch.long),
                 advantages=torch.tensor([seqs[i].advantage for i in members], dtype=torch.float32),
-                sample_logprobs=torch.tensor(slp, dtype=torch.float32),
-                n_tokens=len(prefix) + len(targets),
+                n_tokens=len(prefix) + len(tokens.targets),
                 position_ids=(torch.arange(length) + len(prefix)).repeat(len(members), 1),
-                peer_tokens=torch.tensor(peer, dtype=torch.bool),
-                spread_tokens=torch.tensor(spread, dtype=torch.bool),
-                guide_tokens=torch.tensor(guide, dtype=torch.bool),
                 prefix_ids=torch.tensor([prefix], dtype=torch.long),
+                **tokens.tensors(),
             )
         )
     return out
