@@ -68,15 +68,7 @@ def test_nodes_join_a_swarm_through_the_seed_and_it_restarts_as_itself(tmp_path)
         assert address == f"/ip4/127.0.0.1/tcp/{port}/p2p/{info['peer_id']}" and info["swarm"] == "seed-test"
         # hivemind's DHT without torch (swarm/leandht.py): no libtorch mapped into the seed
         assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text()
-        cfg = SwarmConfig(
-            swarm_name="seed-test",
-            window_seconds=60.0,
-            host_maddrs=["/ip4/127.0.0.1/tcp/0"],
-            initial_peers=[address],
-            lan_discovery=False,
-            gather_timeout=20.0,
-            publish_timeout=20.0,
-        )
+        cfg = _node_config(address)
         tasks = TaskSet(TaskConfig(), seed=0)
         nodes = [open_swarm(cfg, tasks, tmp_path / name) for name in ("a", "b")]
         nodes[0].publish(1, honest_groups(seed=7, round=1))
