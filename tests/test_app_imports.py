@@ -45,7 +45,9 @@ SCRIPT = textwrap.dedent("""
         time.sleep(0.02)
     after_start = sorted(k for k in sys.modules if k.split(".")[0] in HEAVY)
     window.bridge.stop_and_wait(timeout=30)
-    wizard.scanner.cancel()
+    wizard.reject()  # as a user closing it: ends the scan and the measuring it starts after
+    if wizard.scanner.running() or wizard.measurer.running():
+        sys.exit("closing the wizard left a scan running")
     print(json.dumps({"after_import": after_import, "after_start": after_start, "started": started,
                       "hello": bool(hellos), "scanned": wizard.report is not None, "scan_failed": failures}))
 """).replace("HEAVY", repr(HEAVY))
