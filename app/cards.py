@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.models import RoundHistory
-from sapo_core.contributions import HeldOutSummary
+from sapo_core.contributions import HeldOutSummary, from_peers_words
 from sapo_core.control import vocabulary as K
 
 
@@ -111,9 +111,15 @@ def contribution_text(stats: dict | None, history: RoundHistory) -> tuple[str, s
         back = f"your groups were trained on {rw['receipts']:,} times by {rw['peers']:,} peers this week"
     elif c["groups_published"]:
         back = f"{c['groups_published']:,.0f} groups shared; no peer has reported training on them yet"
+    elif not c["groups_peers"]:
+        return head, f"{_running(c)}<br>training alone (nothing shared)"
     else:
-        back = "training alone (nothing shared)"
-    return head, (f"running {_duration(c['seconds_today'])} today, {_duration(c['seconds_week'])} this week<br>{back}")
+        back = "nothing of yours shared yet"
+    return head, f"{_running(c)}<br>{back}<br>{from_peers_words(c)}"
+
+
+def _running(c: dict) -> str:
+    return f"running {_duration(c['seconds_today'])} today, {_duration(c['seconds_week'])} this week"
 
 
 class StatsLoader(QObject):

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sapo_core.batch import Mixed
+from sapo_core.control import vocabulary as K
 from sapo_core.rollouts import Group, Question
 
 # questions -> (our scored groups, their encoded prompts), one group per question, in order
@@ -50,10 +51,10 @@ class Adopted:
 
     def figures(self, offered: int) -> dict[str, float]:
         return {
-            "swarm/adopt_offered": float(offered),
-            "swarm/adopt_on_policy": float(len(self.own)),
-            "swarm/adopt_guided": float(len(self.mixed)),
-            "swarm/adopt_solved": float(self.solved),
+            K.SWARM_ADOPT_OFFERED: float(offered),
+            K.SWARM_ADOPT_ON_POLICY: float(len(self.own)),
+            K.SWARM_ADOPT_GUIDED: float(len(self.mixed)),
+            K.SWARM_ADOPT_SOLVED: float(self.solved),
         }
 
 

@@ -40,12 +40,14 @@ TOTALS_KEYS = (
     K.GROUPS_TRAINED,
     K.SWARM_PUBLISHED,
     K.SWARM_PEERS,
+    K.SWARM_ADOPT_GUIDED,
 )
 
 
 def contribution_totals(store: RunStore, until_round: int | None = None, now: float | None = None) -> dict[str, float]:
-    """Totals over the run: rounds, CPU-hours, completions sampled, groups trained (own / peers'),
-    groups published, peers, and time spent in rounds today and this week (pauses excluded)."""
+    """Totals over the run: rounds, CPU-hours, completions sampled, groups trained (own / peers'; of
+    the peers', how many a peer's right answer guided where all of ours were wrong), groups
+    published, peers, and time spent in rounds today and this week (pauses excluded)."""
     today, week = start_of_today(now), start_of_week(now)
     t: dict[str, float] = dict.fromkeys(
         (
@@ -56,6 +58,7 @@ def contribution_totals(store: RunStore, until_round: int | None = None, now: fl
             "groups_own",
             "groups_peers",
             "groups_published",
+            "peer_guided",
             "peers_max",
             "seconds_today",
             "seconds_week",
@@ -69,7 +72,7 @@ def contribution_totals(store: RunStore, until_round: int | None = None, now: fl
     first, last = None, None
     # only the figures summed are read (SQLite's json_extract), not every row's whole JSON
     for started, ended, f in store.spans(0.0, TOTALS_KEYS, until_round):
-        cpu_s, ext, local, group_size, tokens, trained, published, peers = f
+        cpu_s, ext, local, group_size, tokens, trained, published, peers, guided = f
         first = started if first is None else first
         last = ended
         cpu_h = cpu_s / 3600
@@ -80,6 +83,7 @@ def contribution_totals(store: RunStore, until_round: int | None = None, now: fl
         t["groups_own"] += max(0.0, trained - ext)
         t["groups_peers"] += ext
         t["groups_published"] += published
+        t["peer_guided"] += guided  # swarm.take = mixed: all of ours wrong, a peer's right answer guided
         t["peers_max"] = max(t["peers_max"], peers)
         secs = max(0.0, ended - started)
         for since, suffix in ((today, "today"), (week, "week")):
@@ -90,6 +94,18 @@ def contribution_totals(store: RunStore, until_round: int | None = None, now: fl
     t["first_started"] = first or 0.0
     t["last_ended"] = last or 0.0
     return t
+
+
+def from_peers_words(totals: dict[str, float]) -> str:
+    """What peers' groups did for this model, in words (`stats`, the model card, the app's card)."""
+    n, guided = totals["groups_peers"], totals["peer_guided"]
+    if not n:
+        return "no peer's group trained here yet"
+    words = f"{n:,.0f} peers' groups trained here"
+    if guided:
+        q = "question" if guided == 1 else "questions"
+        words += f"; on {guided:,.0f} {q} none of this model's answers was right and a peer's right one guided it"
+    return words
 
 
 def daily_activity(store: RunStore, days: int = 7, now: float | None = None) -> list[tuple[float, float, float]]:

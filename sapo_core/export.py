@@ -35,7 +35,7 @@ from typing import Any
 from sapo_core import paths
 from sapo_core.checkpoint import CheckpointError, Checkpoints
 from sapo_core.config import NodeConfig, dump_config, load_config
-from sapo_core.contributions import contribution_totals, held_out_summary
+from sapo_core.contributions import contribution_totals, from_peers_words, held_out_summary
 from sapo_core.store import STORE_NAME, RunStore, StoreError
 
 FORMATS = ("gguf", "ollama", "hf", "peft")
@@ -281,6 +281,7 @@ def model_card(trained: Trained, fmt: str, files: list[str], run_dir: Path) -> s
         lines += [
             f"- rounds recorded: {totals['rounds']:.0f}",
             f"- groups trained: {totals['groups_own']:.0f} own, {totals['groups_peers']:.0f} from peers",
+            f"- from peers: {from_peers_words(totals)}",
             f"- completions sampled: {totals['completions']:.0f}",
             f"- peers seen (most in one round): {totals['peers_max']:.0f}",
             f"- CPU time given: {totals['cpu_hours']:.2f} h",

@@ -69,7 +69,9 @@ def test_contribution_card_reads_the_store_on_a_thread(qtbot, tmp_path):
     with qtbot.waitSignal(cards.loader.loaded, timeout=10_000):
         cards.refresh()
     assert "50 rounds" in cards.given.value.text()
-    assert cards.given.detail.text().endswith("<br>your groups were trained on 50 times by 7 peers this week")
+    assert cards.given.detail.text().endswith(
+        "<br>your groups were trained on 50 times by 7 peers this week<br>100 peers' groups trained here"
+    )
     assert cards.given.detail.text().startswith("running ")
 
 

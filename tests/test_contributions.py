@@ -7,6 +7,7 @@ import pytest
 from sapo_core.contributions import (
     contribution_totals,
     daily_activity,
+    from_peers_words,
     held_out_summary,
     receipt_totals,
     start_of_today,
@@ -35,15 +36,22 @@ def test_contribution_totals_today_and_this_week(tmp_path):
     _row(s, 2, now - 3 * 86400, 60)  # this week
     _row(s, 3, now - 7200, 120)  # today
     _row(s, 4, now - 3600, 30, **{"groups/external": 0.0, "swarm/published": 0.0})
+    _row(s, 5, now - 1800, 30, **{"swarm/adopt_guided": 1.0, "cpu/seconds": 0.0})  # a peer's answer guided
     t = contribution_totals(s, now=now)
-    assert t["rounds"] == 4 and t["rounds_week"] == 3 and t["rounds_today"] == 2
+    assert t["rounds"] == 5 and t["rounds_week"] == 4 and t["rounds_today"] == 3
     assert t["cpu_hours"] == pytest.approx(2.0) and t["cpu_hours_today"] == pytest.approx(1.0)
-    assert t["seconds_today"] == 150 and t["seconds_week"] == 210
-    assert t["completions"] == 4 * 32 and t["groups_published"] == 12
-    assert (t["groups_own"], t["groups_peers"]) == (2 + 2 + 2 + 3, 3)
-    assert t["peers_max"] == 4
+    assert t["seconds_today"] == 180 and t["seconds_week"] == 240
+    assert t["completions"] == 5 * 32 and t["groups_published"] == 16
+    assert (t["groups_own"], t["groups_peers"], t["peer_guided"]) == (2 + 2 + 2 + 3 + 2, 4, 1)
+    assert t["peers_max"] == 5
     assert contribution_totals(s, until_round=2, now=now)["rounds"] == 2
-    assert [round(e - st) for st, e, _ in daily_activity(s, days=7, now=now)] == [60, 120, 30]
+    assert [round(e - st) for st, e, _ in daily_activity(s, days=7, now=now)] == [60, 120, 30, 30]
+    assert from_peers_words(t) == (
+        "4 peers' groups trained here; on 1 question none of this model's answers was right "
+        "and a peer's right one guided it"
+    )
+    assert from_peers_words(contribution_totals(s, until_round=3, now=now)) == "3 peers' groups trained here"
+    assert from_peers_words(contribution_totals(s, until_round=0, now=now)) == "no peer's group trained here yet"
 
 
 def test_receipts_count_once_per_triple_and_skip_garbage_and_ignored_peers(tmp_path):

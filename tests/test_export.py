@@ -65,6 +65,7 @@ def test_peft_adapter_loads_over_the_base_and_gives_the_trainer_logits(run_dir, 
     card = (tmp_path / "peft" / "README.md").read_text()
     assert "apache-2.0" in card and f"{ROUND} rounds" in card
     assert "9 own, 6 from peers" in card  # (5 trained - 2 external) x 3 rounds; 2 x 3
+    assert "from peers: 6 peers' groups trained here\n" in card
     assert "held-out: 0.10 at start -> 0.27 now (+0.17, ±0.07)" in card
     assert "[model]" in card  # the config
 

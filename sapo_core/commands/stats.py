@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from sapo_core import paths
-from sapo_core.contributions import contribution_totals, held_out_summary, receipt_totals, start_of_week
+from sapo_core.contributions import (
+    contribution_totals,
+    from_peers_words,
+    held_out_summary,
+    receipt_totals,
+    start_of_week,
+)
 from sapo_core.daily import contribution_by_day, day_table
 from sapo_core.store import STORE_NAME, RunStore, StoreError
 
@@ -51,6 +57,7 @@ def lines(s: dict[str, Any]) -> list[str]:
         f"completions sampled: {c['completions']:.0f} ({c['tokens']:.0f} tokens)",
         f"groups trained: {c['groups_own']:.0f} own, {c['groups_peers']:.0f} from peers; "
         f"groups published: {c['groups_published']:.0f}",
+        f"from peers: {from_peers_words(c)}",
     ]
     if rt["receipts"]:
         out.append(
