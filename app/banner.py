@@ -8,7 +8,8 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 HELP_TEXT = (
     "<p>Your computer answers practice questions with a small language model, scores the answers, "
     "and trains the model on them (SAPO: swarm GRPO). With a swarm, nodes share their scored answers, "
-    "so each one also learns from the others'.</p><p><b>Dashboard</b>: is the model getting better "
+    "so each one also trains on the others' (whether that teaches more than alone: the setup's swarm "
+    "page says what was measured).</p><p><b>Dashboard</b>: is the model getting better "
     "(held-out questions it never trains on), and what you gave. <b>Try it</b>: ask the model you "
     "started from and the one you trained the same question. <b>Settings</b>: how much of this "
     "computer to share and when. Pausing is always safe: the node resumes where it stopped.</p>"

@@ -25,6 +25,44 @@ SHARED_WORDS = (
 
 
 @dataclass(frozen=True)
+class Measured:
+    """A lab comparison the setup quotes: `arm` − `baseline` in the share of held-out questions
+    solved after `rounds` rounds, over `seeds` seeds (95 % interval lo..hi), recomputed from the
+    committed CSVs `docs/results/<files>` by tests/test_app_words.py."""
+
+    files: str
+    baseline: str
+    arm: str
+    rounds: int
+    seeds: int
+    mean: float
+    lo: float
+    hi: float
+
+    DECIDES = 6  # seeds a lead needs before the setup calls it a gain (issue 36's bar)
+
+    def words(self) -> str:
+        if self.lo <= 0:
+            verdict = "no gain shown"
+        else:
+            verdict = "a gain" if self.seeds >= self.DECIDES else "a lead; too few seeds to decide"
+        return (
+            f"{self.mean:+.2f} after {self.rounds} rounds ({self.seeds} seeds, 95 % interval "
+            f"{self.lo:+.2f}..{self.hi:+.2f}: {verdict})"
+        )
+
+
+SYMMETRIC = Measured("sharing-8n-*.csv", "2/0", "1/1", 100, 5, 0.007, -0.037, 0.050)
+NEWCOMER = Measured("newcomer-*.csv", "alone", "mixed", 30, 2, 0.029, 0.012, 0.045)
+SHARING_MEASURED = (
+    "<b>What sharing gave, measured</b> (held-out questions solved against training alone, in this "
+    f"project's lab): eight new computers sharing as the paper does, {SYMMETRIC.words()}; a new computer "
+    "among trained ones that adopts their questions and learns from their right answers "
+    f"(setting swarm.take = mixed, not yet the default), {NEWCOMER.words()}."
+)
+
+
+@dataclass(frozen=True)
 class SetupChoices:
     model: str = "auto"
     swarm: str = HOST  # join, listed, host, alone
@@ -161,6 +199,8 @@ __all__ = [
     "address_warning",
     "default_swarm_choice",
     "SHARED_WORDS",
+    "SHARING_MEASURED",
+    "Measured",
     "JOIN",
     "LISTED",
     "HOST",

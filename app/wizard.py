@@ -44,6 +44,7 @@ from app.setup_choices import (
     JOIN,
     LISTED,
     SHARED_WORDS,
+    SHARING_MEASURED,
     SetupChoices,
     address_problem,
     address_warning,
@@ -257,7 +258,7 @@ class SetupWizard(QDialog):
             _heading(
                 "The swarm",
                 "In a swarm, every computer shares the answers it generates and "
-                "learns from the others' (SAPO). Alone, it learns only from its own.",
+                "trains on the others' too (SAPO). Alone, it trains only on its own.",
             )
         )
         self.swarm_group = QButtonGroup(self)
@@ -290,6 +291,8 @@ class SetupWizard(QDialog):
         self.choice_label.setObjectName("swarmChoiceReason")
         self.shared_label = QLabel(SHARED_WORDS, wordWrap=True)
         self.shared_label.setObjectName("sharedText")
+        self.measured_label = QLabel(SHARING_MEASURED, wordWrap=True)
+        self.measured_label.setObjectName("sharingMeasured")
         radios = (self.listed_radio, self.join_radio, self.host_radio, self.alone_radio)
         for i, r in enumerate(radios):
             self.swarm_group.addButton(r, i)
@@ -319,6 +322,7 @@ class SetupWizard(QDialog):
         col.addWidget(self.alone_radio)
         col.addWidget(self.lan_check)
         col.addStretch(1)
+        col.addWidget(self.measured_label)
         col.addWidget(self.shared_label)
         return page
 

@@ -1,0 +1,47 @@
+"""The setup's words about what sharing gives are the lab's figures: each `Measured` the swarm page
+quotes is recomputed here from the committed CSVs under docs/results (what `sapo-experiment
+--from-csv` reads), so a new result cannot leave an old claim on screen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.setup_choices import NEWCOMER, SHARING_MEASURED, SYMMETRIC, Measured
+from sapo_core.experiment_files import read_rows
+from sapo_core.experiment_report import difference
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+
+
+@pytest.mark.parametrize("m", [SYMMETRIC, NEWCOMER], ids=["symmetric", "newcomer"])
+def test_each_quoted_figure_is_what_the_committed_csvs_say(m: Measured):
+    files = sorted(str(p) for p in RESULTS.glob(m.files))
+    assert files, f"no docs/results/{m.files}"
+    rows, _, _ = read_rows(files)
+    rows = [r for r in rows if r["arm"] in (m.baseline, m.arm) and r.get("role") != "veteran"]
+    c = difference(rows, m.baseline, m.arm)
+    assert c.unit == "seed" and c.n == m.seeds
+    assert (round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)) == (m.mean, m.lo, m.hi)
+    assert max(int(r["round"]) for r in rows) == m.rounds
+
+
+def test_the_words_call_a_gain_only_an_interval_above_zero_over_six_seeds():
+    quiet = Measured("x", "a", "b", 100, 5, 0.007, -0.037, 0.050)
+    assert quiet.words() == "+0.01 after 100 rounds (5 seeds, 95 % interval -0.04..+0.05: no gain shown)"
+    assert Measured("x", "a", "b", 30, 6, 0.031, 0.004, 0.058).words().endswith(": a gain)")
+    assert Measured("x", "a", "b", 30, 2, 0.029, 0.012, 0.045).words().endswith(": a lead; too few seeds to decide)")
+    assert SYMMETRIC.words() in SHARING_MEASURED and NEWCOMER.words() in SHARING_MEASURED
+
+
+@pytest.mark.gui
+def test_the_swarm_page_shows_the_measured_words(qtbot, tmp_path, monkeypatch):
+    from app.wizard import SetupWizard
+
+    monkeypatch.setenv("SAPO_DATA_DIR", str(tmp_path))
+    wizard = SetupWizard(scan=False)
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard._show_page(1)
+    assert wizard.measured_label.isVisible() and wizard.measured_label.text() == SHARING_MEASURED
