@@ -15,6 +15,7 @@ from pathlib import Path
 from sapo_core.adopt import right_completions
 from sapo_core.batch import external_token_ids
 from sapo_core.config import NodeConfig, SwarmConfig
+from sapo_core.control import vocabulary as K
 from sapo_core.hooks import Interrupted, RoundHooks
 from sapo_core.policy import Policy
 from sapo_core.rollouts import Group
@@ -109,7 +110,9 @@ class PeerJudges:
         }[s.likelihood_judge if self.policy.lora else "policy"]
         keeps = (lambda g: bool(right_completions(g))) if s.take == "mixed" else None
         verdict = filter_unlikely(external, judges, s.likelihood_floor, s.likelihood_window, keeps)
-        failures["swarm/unlikely"] = float(verdict.unlikely)
+        failures[K.SWARM_UNLIKELY] = float(verdict.unlikely)
+        if s.likelihood_floor < 0:  # on: every completion of these groups was scored
+            failures[K.SWARM_JUDGED] = float(sum(len(g.completions) for g in external))
         if verdict.groups_dropped:
             failures["swarm/unlikely_groups"] = float(verdict.groups_dropped)
         for peer, (bad, strike) in verdict.peers.items():

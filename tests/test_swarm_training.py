@@ -193,6 +193,8 @@ def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
             # a gathered group whose completions fell under the likelihood floor until it had no
             # signal left is dropped before training (`unlikely_groups`): honest, and counted
             assert m["groups/external"] + m.get("swarm/unlikely_groups", 0.0) == m["swarm/used"] <= 2, m_swarm
+            # the floor's drop rate has its denominator: the used groups' distinct completions
+            assert m["swarm/unlikely"] <= m["swarm/judged"] <= 8 * m["swarm/used"], m_swarm
         shared = sum(m["swarm/accepted"] for m in last.values())
         assert shared == sum(m["swarm/received"] - m.get("swarm/rejected/zero_advantage", 0) for m in last.values())
         # unlikely counts completions: at most a quarter of the honest ones received (8 per group)
