@@ -52,6 +52,11 @@ ROUND = ["--set", "round.local_groups=1", "--set", "sampler.group_size=2", "--se
 NO_EVAL = ["--set", "eval.enabled=false"]
 SMALL_PEERS = ["--peers", "2", "--rounds", "1", "--groups", "1", "--completions", "2", "--chars", "60", "--want", "1"]
 NUM = r"-?[\d.]+"
+THREE = rf"{NUM}/{NUM}/{NUM}"
+FLOOR_SUMMARY = (
+    rf"^floor: honest pass {NUM} at {NUM} \(p5 {NUM}\), injected link pass {NUM}, garbage pass {NUM}; "
+    rf"base judge {THREE}; either {THREE}; N_COMPLETIONS completions, \d+ s$"
+)
 
 RUNS = [
     pytest.param(
@@ -67,8 +72,7 @@ RUNS = [
             "--set",
             "sampler.max_new_tokens=8",
         ],
-        rf"^floor: honest pass {NUM} at {NUM} \(p5 {NUM}\), injected link pass {NUM}, garbage pass {NUM}, "
-        r"4 completions, \d+ s$",
+        FLOOR_SUMMARY.replace("N_COMPLETIONS", "4"),
         marks=pytest.mark.node_process,
         id="floor",
     ),
@@ -156,6 +160,60 @@ def test_every_benchmark_runs_end_to_end_in_some_test() -> None:
         assert name in ELSEWHERE, f"sapo-bench {name} runs in no test: add it to RUNS"
         path, test = ELSEWHERE[name]
         assert f"def {test}(" in (repo / path).read_text(), f"{path} has no {test}"
+
+
+@pytest.mark.node_process
+def test_the_floor_benchmark_samples_and_judges_with_trained_nodes(tmp_path, env) -> None:
+    """--peer-run and --judge-run resume copies of trained nodes' run directories (here one round
+    of the tiny model), and leave the originals as they were."""
+    from sapo_core.node import Node
+
+    from helpers import light_config
+
+    run = tmp_path / "veteran"
+    node = Node(light_config(run, max_new_tokens=8))
+    node.setup()
+    node.run_round()
+    node.close()
+    before = sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*") if p.is_file())
+    argv = [
+        "floor",
+        "--questions",
+        "2",
+        "--group-size",
+        "2",
+        "--threads",
+        "1",
+        *TINY,
+        "--set",
+        "sampler.max_new_tokens=8",
+    ]
+    for who in ("--peer-run", "--judge-run"):
+        done = subprocess.run(
+            [sys.executable, "-m", "sapo_core.bench.cli", *argv, who, str(run)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        lines = done.stdout.strip().splitlines()
+        assert re.search(FLOOR_SUMMARY.replace("N_COMPLETIONS", "4"), lines[-1]), lines[-1]
+        rounds = (
+            "sampled by a policy of 1 rounds, judged by one of 0"
+            if who == "--peer-run"
+            else "of 0 rounds, judged by one of 1"
+        )
+        assert rounds in done.stdout, done.stdout
+    assert sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*") if p.is_file()) == before
+    missing = subprocess.run(
+        [sys.executable, "-m", "sapo_core.bench.cli", *argv, "--judge-run", str(tmp_path / "nosuch")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert missing.returncode != 0 and "no checkpoints in" in missing.stderr
 
 
 @pytest.mark.parametrize("argv, summary", RUNS)

@@ -11,9 +11,17 @@ Beside them, two poisons built from the same questions with the right answer in 
 honest completion with a link injected before its answer, and a ~6 KB garbage preamble
 followed by the answer (which the cut leaves as garbage alone).
 
+Peers' policies move apart as they train (issue 36): `--peer-run DIR` samples with a trained
+node's policy (its run directory's last checkpoint, copied: a veteran's text), `--judge-run DIR`
+scores with one (a veteran judging a newcomer's text); a fresh node does what neither names.
+Every completion is scored by each `swarm.likelihood_judge`: the judge's policy, the base model
+(its adapter off) and either (kept when either finds it likely).
+
 Prints the quantiles of each and the share of each that passes the configured floor, then
-the floor that lets 95 % of honest completions through. Ends with one line:
-`floor: honest pass 0.97 at -4.0 (p5 -3.1), injected link pass 0.00, garbage pass 0.00, N completions`.
+the floor that lets 95 % of honest completions through. Ends with one line, the policy judge's
+figures first, then the base model's and either's:
+`floor: honest pass 0.97 at -4.0 (p5 -3.1), injected link pass 0.00, garbage pass 0.00; base judge
+0.97/0.00/0.00; either 0.97/0.00/0.00; N completions, S s`.
 What it measured, and the floor chosen from it: docs/calibration.md, 'Likelihood floor'.
 """
 
@@ -21,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 from sapo_core.bench.settings import add_set_argument, node_config
 
@@ -39,6 +49,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-size", type=int, default=8, help="completions per question (G)")
     parser.add_argument("--threads", type=int, default=0, help="sampler and torch threads (0 = the node's choice)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--peer-run", metavar="DIR", help="sample with this trained node's policy (its run directory)")
+    parser.add_argument("--judge-run", metavar="DIR", help="score with this trained node's policy (its run directory)")
     add_set_argument(parser)
 
 
@@ -87,33 +99,55 @@ def sample_as_peers(node, questions: int, rng: random.Random) -> dict[str, list]
     return pairs
 
 
-def run(args: argparse.Namespace) -> int:
+def _trained_node(run_dir: str | None, tmp: str, name: str, args: argparse.Namespace):
+    """A node in a fresh directory under `tmp`, resuming from a copy of `run_dir` (a trained node's
+    last checkpoint, its curriculum) when given; the original is never written."""
     from sapo_core.node import Node
+
+    here = Path(tmp) / name
+    if run_dir:
+        shutil.copytree(Path(run_dir).expanduser(), here, ignore=shutil.ignore_patterns("*.lock", "exports"))
+    node = Node(floor_config(str(here), args))
+    node.setup()
+    return node
+
+
+def run(args: argparse.Namespace) -> int:
     from sapo_core.swarm.verify import likelihood_score
 
+    for run_dir in (args.peer_run, args.judge_run):
+        if run_dir and not (Path(run_dir).expanduser() / "checkpoints").is_dir():
+            raise SystemExit(f"sapo-bench floor: no checkpoints in {run_dir} (a node's run directory)")
     started = time.perf_counter()
     rng = random.Random(args.seed)
+    nodes = []
     with tempfile.TemporaryDirectory(prefix="sapo-bench-floor-") as tmp:
-        cfg = floor_config(tmp, args)
-        node = Node(cfg)
         try:
-            node.setup()
-            window, floor = cfg.swarm.likelihood_window, cfg.swarm.likelihood_floor
-            pairs = sample_as_peers(node, args.questions, rng)
+            nodes.append(_trained_node(args.peer_run, tmp, "peer", args))
+            judge = nodes[0]  # one fresh node samples and judges, unless a trained one does either
+            if args.peer_run or args.judge_run:
+                nodes.append(judge := _trained_node(args.judge_run, tmp, "judge", args))
+            window, floor = judge.cfg.swarm.likelihood_window, judge.cfg.swarm.likelihood_floor
+            pairs = sample_as_peers(nodes[0], args.questions, rng)
             sample_s = time.perf_counter() - started
-            scores = {}
+            scores, base_windows = {}, {}
             for name, these in pairs.items():
-                lps = node._judges.policy_logprobs(these)
+                lps = judge._judges.policy_logprobs(these)
                 scores[name] = {
                     "window": [likelihood_score(x, window) for x in lps if x],
                     "mean": [statistics.fmean(x) for x in lps if x],
                 }
+                base = judge._judges.base_logprobs(these) if judge.policy.lora else lps
+                base_windows[name] = [likelihood_score(x, window) for x in base if x]
+            rounds = {"peer": nodes[0].next_round - 1, "judge": judge.next_round - 1}
         finally:
-            node.close()
+            for node in nodes:
+                node.close()
     honest, url, garbage = (len(pairs[k]) for k in ("honest", "injected link", "garbage preamble"))
     print(
         f"{honest} honest completions of {args.questions} questions (sampled in {sample_s:.0f} s), "
-        f"{url} with an injected link, {garbage} with a ~6 KB garbage preamble; window {window} tokens"
+        f"{url} with an injected link, {garbage} with a ~6 KB garbage preamble; window {window} tokens; "
+        f"sampled by a policy of {rounds['peer']} rounds, judged by one of {rounds['judge']}"
     )
     for name, by in scores.items():
         for kind, xs in by.items():
@@ -125,10 +159,24 @@ def run(args: argparse.Namespace) -> int:
             )
     honest_w = sorted(scores["honest"]["window"])
     p5 = honest_w[int(0.05 * len(honest_w))]
-    rate = {k: sum(x >= floor for x in v["window"]) / len(v["window"]) for k, v in scores.items()}
+    rate = {k: _passed(v["window"], floor) for k, v in scores.items()}
+    base_rate = {k: _passed(v, floor) for k, v in base_windows.items()}
+    either = {
+        k: _passed([max(a, b) for a, b in zip(v["window"], base_windows[k], strict=True)], floor)
+        for k, v in scores.items()
+    }
     print(
         f"floor: honest pass {rate['honest']:.3f} at {floor:g} (p5 {p5:.2f}), injected link pass "
-        f"{rate['injected link']:.3f}, garbage pass {rate['garbage preamble']:.3f}, {honest} completions, "
-        f"{time.perf_counter() - started:.0f} s"
+        f"{rate['injected link']:.3f}, garbage pass {rate['garbage preamble']:.3f}; base judge {_three(base_rate)}; "
+        f"either {_three(either)}; {honest} completions, {time.perf_counter() - started:.0f} s"
     )
     return 0
+
+
+def _passed(windows: list[float], floor: float) -> float:
+    return sum(x >= floor for x in windows) / len(windows)
+
+
+def _three(rate: dict[str, float]) -> str:
+    """honest/injected link/garbage pass rates."""
+    return "/".join(f"{rate[k]:.3f}" for k in ("honest", "injected link", "garbage preamble"))
