@@ -114,7 +114,7 @@ class PeerJudges:
         if s.likelihood_floor < 0:  # on: every completion of these groups was scored
             failures[K.SWARM_JUDGED] = float(sum(len(g.completions) for g in external))
         if verdict.groups_dropped:
-            failures["swarm/unlikely_groups"] = float(verdict.groups_dropped)
+            failures[K.SWARM_UNLIKELY_GROUPS] = float(verdict.groups_dropped)
         for peer, (bad, strike) in verdict.peers.items():
             swarm_step("reject", failures, source.reject, peer, "unlikely", bad, strike)
         return verdict.kept

@@ -57,21 +57,12 @@ FLOOR_SUMMARY = (
     rf"^floor: honest pass {NUM} at {NUM} \(p5 {NUM}\), injected link pass {NUM}, garbage pass {NUM}; "
     rf"base judge {THREE}; either {THREE}; N_COMPLETIONS completions, \d+ s$"
 )
+FLOOR_ARGV = ["floor", "--questions", "2", "--group-size", "2", "--threads", "1", *TINY]
+FLOOR_ARGV += ["--set", "sampler.max_new_tokens=8"]
 
 RUNS = [
     pytest.param(
-        [
-            "floor",
-            "--questions",
-            "2",
-            "--group-size",
-            "2",
-            "--threads",
-            "1",
-            *TINY,
-            "--set",
-            "sampler.max_new_tokens=8",
-        ],
+        FLOOR_ARGV,
         FLOOR_SUMMARY.replace("N_COMPLETIONS", "4"),
         marks=pytest.mark.node_process,
         id="floor",
@@ -162,6 +153,13 @@ def test_every_benchmark_runs_end_to_end_in_some_test() -> None:
         assert f"def {test}(" in (repo / path).read_text(), f"{path} has no {test}"
 
 
+def _bench(argv: list[str], env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess:
+    """`sapo-bench ARGV` in its own process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "sapo_core.bench.cli", *argv], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.mark.node_process
 def test_the_floor_benchmark_samples_and_judges_with_trained_nodes(tmp_path, env) -> None:
     """--peer-run and --judge-run resume copies of trained nodes' run directories (here one round
@@ -176,26 +174,8 @@ def test_the_floor_benchmark_samples_and_judges_with_trained_nodes(tmp_path, env
     node.run_round()
     node.close()
     before = sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*") if p.is_file())
-    argv = [
-        "floor",
-        "--questions",
-        "2",
-        "--group-size",
-        "2",
-        "--threads",
-        "1",
-        *TINY,
-        "--set",
-        "sampler.max_new_tokens=8",
-    ]
     for who in ("--peer-run", "--judge-run"):
-        done = subprocess.run(
-            [sys.executable, "-m", "sapo_core.bench.cli", *argv, who, str(run)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        done = _bench([*FLOOR_ARGV, who, str(run)], env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         lines = done.stdout.strip().splitlines()
         assert re.search(FLOOR_SUMMARY.replace("N_COMPLETIONS", "4"), lines[-1]), lines[-1]
@@ -206,21 +186,13 @@ def test_the_floor_benchmark_samples_and_judges_with_trained_nodes(tmp_path, env
         )
         assert rounds in done.stdout, done.stdout
     assert sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*") if p.is_file()) == before
-    missing = subprocess.run(
-        [sys.executable, "-m", "sapo_core.bench.cli", *argv, "--judge-run", str(tmp_path / "nosuch")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    missing = _bench([*FLOOR_ARGV, "--judge-run", str(tmp_path / "nosuch")], env, timeout=300)
     assert missing.returncode != 0 and "no checkpoints in" in missing.stderr
 
 
 @pytest.mark.parametrize("argv, summary", RUNS)
 def test_the_benchmark_reaches_its_summary_line(argv: list[str], summary: str, env) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "sapo_core.bench.cli", *argv], env=env, capture_output=True, text=True, timeout=900
-    )
+    done = _bench(argv, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     last = done.stdout.strip().splitlines()[-1]
     assert re.search(summary, last), last

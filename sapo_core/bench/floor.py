@@ -113,6 +113,7 @@ def _trained_node(run_dir: str | None, tmp: str, name: str, args: argparse.Names
 
 
 def run(args: argparse.Namespace) -> int:
+    from sapo_core.swarm.likelihood import best_score
     from sapo_core.swarm.verify import likelihood_score
 
     for run_dir in (args.peer_run, args.judge_run):
@@ -161,8 +162,8 @@ def run(args: argparse.Namespace) -> int:
     p5 = honest_w[int(0.05 * len(honest_w))]
     rate = {k: _passed(v["window"], floor) for k, v in scores.items()}
     base_rate = {k: _passed(v, floor) for k, v in base_windows.items()}
-    either = {
-        k: _passed([max(a, b) for a, b in zip(v["window"], base_windows[k], strict=True)], floor)
+    either = {  # kept when either judge finds it likely: the node's own rule (`filter_unlikely`)
+        k: _passed([best_score(ab) for ab in zip(v["window"], base_windows[k], strict=True)], floor)
         for k, v in scores.items()
     }
     print(

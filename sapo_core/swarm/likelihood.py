@@ -57,7 +57,7 @@ def filter_unlikely(
     keeps = keeps or (lambda g: len(g.completions) >= 2 and g.has_signal())
     pairs = [(g, c) for g in groups for c in g.completions]
     by_judge = [[likelihood_score(lps, window) for lps in judge(pairs)] for judge in judges]
-    scores = iter([_best(xs) for xs in zip(*by_judge)])
+    scores = iter([best_score(xs) for xs in zip(*by_judge)])
     verdict = LikelihoodVerdict([])
     per_peer: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # peer -> [unlikely, completions]
     for g in groups:
@@ -76,11 +76,11 @@ def filter_unlikely(
     return verdict
 
 
-def _best(scores: Sequence[float]) -> float:
+def best_score(scores: Sequence[float]) -> float:
     """The most favourable of several judges' scores; NaN (no tokens) when any judge has none."""
     if any(math.isnan(s) for s in scores):
         return math.nan
     return max(scores)
 
 
-__all__ = ["filter_unlikely", "LikelihoodVerdict", "ScoreCompletions"]
+__all__ = ["best_score", "filter_unlikely", "LikelihoodVerdict", "ScoreCompletions"]
