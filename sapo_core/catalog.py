@@ -180,7 +180,8 @@ def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: 
     basis = (
         "measured on this machine, scaled by parameters"
         if rnd.basis == "probe"
-        else "estimate from parameters and cores"
+        else "estimate from parameters and cores, every answer max_new_tokens long and every group trained: "
+        "it errs long; `sapo-node hardware --probe` measures this machine"
     )
 
     def fits(est: MemoryEstimate) -> bool:
@@ -221,8 +222,12 @@ def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: 
     return Verdict(
         e.id,
         FITS,
-        f"fits: needs {needs(est)}{at}; a round ~{rnd.seconds:.0f} s, "
-        f"~{rnd.rounds_per_hour:.0f} an hour ({'measured, scaled' if rnd.basis == 'probe' else 'estimate'})",
+        f"fits: needs {needs(est)}{at}; "
+        + (
+            f"a round ~{rnd.seconds:.0f} s, ~{rnd.rounds_per_hour:.0f} an hour (measured, scaled)"
+            if rnd.basis == "probe"
+            else f"a round ~{rnd.seconds:.0f} s or less ({basis})"
+        ),
         mb,
         est,
         rnd,

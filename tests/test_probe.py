@@ -70,6 +70,11 @@ def test_a_measured_machine_no_longer_calls_the_360m_model_slow():
     assert formula.verdict("smollm2-360m-instruct").status == SLOW
     assert measured.verdict("smollm2-360m-instruct").status == FITS
     assert "an hour" in measured.verdict(E.id).reason
+    # without a probe the figure is the formula's, which errs long (a new user from the command
+    # line was told "~128 s" of a 6 s round): it says so, and how to measure
+    told = formula.verdict(E.id).reason
+    assert "or less" in told and "errs long" in told and "sapo-node hardware --probe" in told
+    assert "an hour" not in told
 
 
 def test_the_cache_keeps_one_probe_per_machine_and_survives_junk(tmp_path):
