@@ -12,11 +12,18 @@ import re
 import statistics
 from pathlib import Path
 
-from sapo_core.experiment_report import CSV_FIELDS, DATASET_PREFIX, dataset_columns, difference, summary_lines
+from sapo_core.experiment_report import (
+    CSV_FIELDS,
+    DATASET_PREFIX,
+    PHASE_COLUMNS,
+    dataset_columns,
+    difference,
+    summary_lines,
+)
 
 _INT_FIELDS = ("seed", "sharing", "node", "round")
 # columns an experiment.csv written before arms may lack (filled with "" when read)
-_OPTIONAL_FIELDS = ("sharing", "train_tokens", "eval_capability", "eval_capability_base", "role")
+_OPTIONAL_FIELDS = ("sharing", "train_tokens", "eval_capability", "eval_capability_base", "role", *PHASE_COLUMNS)
 
 
 def write_outputs(

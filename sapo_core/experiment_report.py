@@ -35,12 +35,24 @@ CSV_FIELDS = (
     "groups_trained",
     "round_seconds",
     "train_tokens",
+    "update_seconds",
+    "sample_seconds",
+    "likelihood_seconds",
+    "eval_seconds",
     "eval_solve_rate",
     "eval_solve_rate_base",
     "eval_capability",
     "eval_capability_base",
     "role",
 )
+# where a node-round's time goes: the CSV's column -> the node's metric (files written before
+# 2026-11-27 have none of them); eval_seconds is the held-out evaluation's, outside the round
+PHASE_COLUMNS = {
+    "update_seconds": "time/update",
+    "sample_seconds": "time/sample",
+    "likelihood_seconds": "time/likelihood",
+    "eval_seconds": "time/eval",
+}
 # then one `eval_solve_rate_<dataset>` column per dataset evaluated (the node's `eval/<dataset>/solve_rate`)
 DATASET_PREFIX = "eval_solve_rate_"
 
@@ -235,6 +247,7 @@ class ArmCost:
     train_tokens: float | None  # mean tokens the update processed per node-round (all K steps)
     node_hours: float  # mean per node, rounds only
     gain: float | None  # mean final held-out solve rate - the base model's
+    phases: dict[str, float] | None = None  # PHASE_COLUMNS' mean seconds per node-round, where the CSV has them
 
     @property
     def gain_per_node_hour(self) -> float | None:
@@ -250,12 +263,31 @@ def arm_cost(rows: list[dict], arm: str) -> ArmCost:
     tokens = [float(r["train_tokens"]) for r in mine if r.get("train_tokens", "") != ""]
     finals, bases = final_values(mine), final_values(mine, "eval_solve_rate_base")
     gains = [finals[k] - bases[k] for k in finals if k in bases]
+    timed = [r for r in mine if all(r.get(c, "") != "" for c in PHASE_COLUMNS)]
     return ArmCost(
         round_seconds=statistics.fmean(float(r["round_seconds"] or 0) for r in mine) if mine else 0.0,
         train_tokens=statistics.fmean(tokens) if tokens else None,
         node_hours=statistics.fmean(hours.values()) if hours else 0.0,
         gain=statistics.fmean(gains) if gains else None,
+        phases={c: statistics.fmean(float(r[c]) for r in timed) for c in PHASE_COLUMNS} if timed else None,
     )
+
+
+def phase_words(cost: ArmCost) -> str | None:
+    """Where an arm's node-round goes: the update, sampling, checking peers' text (the likelihood
+    floor's forward pass), the rest of the round; and the held-out evaluation beside it, spread
+    over the rounds (it runs before the first and after the last, outside them)."""
+    if not cost.phases or cost.round_seconds <= 0:
+        return None
+    p, whole = cost.phases, cost.round_seconds
+    named = {
+        "update": p["update_seconds"],
+        "sampling": p["sample_seconds"],
+        "checking peers' text": p["likelihood_seconds"],
+    }
+    named["the rest"] = max(0.0, whole - sum(named.values()))
+    parts = ", ".join(f"{k} {v:.2f} s ({100 * v / whole:.0f} %)" for k, v in named.items() if v >= 0.005)
+    return f"  a node-round's {whole:.2f} s: {parts}; held-out evaluation {p['eval_seconds']:.2f} s more per node-round"
 
 
 def _short(column: str) -> str:
@@ -341,6 +373,9 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
             f"{arm}: final held-out solve rate {m:.3f} ({interval}) over {len(units)} {unit}; "
             f"{ext:.2f} external groups, {cost.round_seconds:.1f} s{tokens} per node-round{gain}"
         )
+        where = phase_words(cost)
+        if where:
+            lines.append(where)
         if columns:
             parts = []
             for c in columns:

@@ -30,6 +30,7 @@ from typing import Any
 
 from sapo_core import logs
 from sapo_core.experiment_files import write_outputs
+from sapo_core.experiment_report import PHASE_COLUMNS
 from sapo_core.roundshape import RoundShape
 
 VETERAN_INDEX = 100  # node indices from here are veterans (--veterans): seeds and identities of their own
@@ -110,6 +111,7 @@ def row(seed: int, arm: str, sharing: bool, i: int, r: int, m: dict[str, float],
         "groups_trained": m.get("groups/trained", 0.0),
         "round_seconds": m.get("time/round", 0.0),
         "train_tokens": m.get("train/tokens", 0.0),
+        **{column: m.get(key, 0.0) for column, key in PHASE_COLUMNS.items()},
         "eval_solve_rate": m.get("eval/solve_rate", ""),
         "eval_solve_rate_base": m.get("eval/solve_rate_base", ""),
         "eval_capability": m.get("eval/capability", ""),

@@ -26,13 +26,14 @@ from sapo_core.experiment import (
     parse_arm,
     parse_configs,
 )
-from sapo_core.experiment_files import PLOT_NEEDS_MATPLOTLIB, write_outputs
+from sapo_core.experiment_files import PLOT_NEEDS_MATPLOTLIB, read_rows, write_outputs
 from sapo_core.experiment_report import (
     CSV_FIELDS,
     arm_cost,
     difference,
     final_values,
     mean_ci,
+    phase_words,
     reward_lines,
     total_rewards,
     training_difference,
@@ -226,6 +227,32 @@ def test_cost_and_gain_per_node_hour():
     assert cost.gain == pytest.approx(0.35) and cost.gain_per_node_hour == pytest.approx(1.75)
 
 
+def test_where_a_node_round_goes_by_hand(tmp_path):
+    """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
+    -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the
+    evaluation's 20 s after the last round -> 10 s more per node-round. Written and read back, the
+    same; a file of before the phase columns says nothing of them."""
+    phases = [
+        {"update_seconds": 6.0, "sample_seconds": 3.0, "likelihood_seconds": 0.5, "eval_seconds": 0.0},
+        {"update_seconds": 2.0, "sample_seconds": 3.0, "likelihood_seconds": 0.5, "eval_seconds": 20.0},
+    ]
+    rows = [
+        _row(0, "a", 0, 1, round_seconds=10.0, **phases[0]),
+        _row(0, "a", 0, 2, held=0.3, round_seconds=6.0, **phases[1]),
+    ]
+    cost = arm_cost(rows, "a")
+    assert cost.phases == dict(update_seconds=4.0, sample_seconds=3.0, likelihood_seconds=0.5, eval_seconds=10.0)
+    want = (
+        "  a node-round's 8.00 s: update 4.00 s (50 %), sampling 3.00 s (38 %), checking peers' text 0.50 s (6 %), "
+        "the rest 0.50 s (6 %); held-out evaluation 10.00 s more per node-round"
+    )
+    assert phase_words(cost) == want
+    write_outputs(rows, tmp_path, "title", ["a"], {"a": ""})
+    again, _, _ = read_rows([str(tmp_path / "experiment.csv")])
+    assert phase_words(arm_cost(again, "a")) == want and want in (tmp_path / "summary.txt").read_text()
+    assert phase_words(arm_cost(ROWS, "lr")) is None  # no phase columns: nothing said
+
+
 def test_outputs(tmp_path):
     specs = {"base": "no overrides", "lr": "train.learning_rate=0.0001", "share": "round.external_groups=1"}
     lines = write_outputs(ROWS, tmp_path, "title", ["base", "lr", "share"], specs)
@@ -331,6 +358,9 @@ def test_a_dry_run_of_two_recipe_arms_end_to_end(tmp_path, data_dir):
     ]
     assert all(r["eval_solve_rate"] != "" and r["sharing"] == "0" for r in rows)
     assert all(r[f"eval_solve_rate_{d}"] != "" for r in rows for d in ("basic_arithmetic", "calendar_arithmetic"))
+    # where each node-round went, and the final evaluation's time on the last round's row
+    assert all(float(r["sample_seconds"]) > 0 and float(r["update_seconds"]) >= 0 for r in rows)
+    assert all(float(r["eval_seconds"]) > 0 for r in rows if r["round"] == "2")
     for seed in (0, 1):
         for node in (0, 1):
             base = tomllib.loads((out / "runs" / f"seed{seed}-base" / f"node{node}" / "config.toml").read_text())
@@ -341,6 +371,7 @@ def test_a_dry_run_of_two_recipe_arms_end_to_end(tmp_path, data_dir):
     summary = (out / "summary.txt").read_text()
     assert "arm lr: train.learning_rate=0.001,train.steps_per_round=1 (isolated" in summary
     assert "lr - base: " in summary and "over 4 (seed, node) pairs" in summary
+    assert summary.count("  a node-round's ") == 2 and "held-out evaluation" in summary
     assert (out / "experiment.png").is_file()
 
 
