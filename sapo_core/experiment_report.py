@@ -22,6 +22,14 @@ from dataclasses import dataclass
 
 from sapo_core.config import PAPER_SPECIALTIES
 
+# where a node-round's time goes: the CSV's column -> the node's metric (files written before
+# 2026-11-27 have none of them); eval_seconds is the held-out evaluation's, outside the round
+PHASE_COLUMNS = {
+    "update_seconds": "time/update",
+    "sample_seconds": "time/sample",
+    "likelihood_seconds": "time/likelihood",
+    "eval_seconds": "time/eval",
+}
 CSV_FIELDS = (
     "seed",
     "arm",
@@ -35,24 +43,13 @@ CSV_FIELDS = (
     "groups_trained",
     "round_seconds",
     "train_tokens",
-    "update_seconds",
-    "sample_seconds",
-    "likelihood_seconds",
-    "eval_seconds",
+    *PHASE_COLUMNS,
     "eval_solve_rate",
     "eval_solve_rate_base",
     "eval_capability",
     "eval_capability_base",
     "role",
 )
-# where a node-round's time goes: the CSV's column -> the node's metric (files written before
-# 2026-11-27 have none of them); eval_seconds is the held-out evaluation's, outside the round
-PHASE_COLUMNS = {
-    "update_seconds": "time/update",
-    "sample_seconds": "time/sample",
-    "likelihood_seconds": "time/likelihood",
-    "eval_seconds": "time/eval",
-}
 # then one `eval_solve_rate_<dataset>` column per dataset evaluated (the node's `eval/<dataset>/solve_rate`)
 DATASET_PREFIX = "eval_solve_rate_"
 
