@@ -44,6 +44,17 @@ def test_a_wrong_set_names_the_key_before_anything_runs(capsys) -> None:
         main(["floor", "--set", "nosuch.key=1"])
 
 
+def test_a_training_candidate_changes_only_the_update() -> None:
+    from sapo_core.bench.training import candidate_train
+
+    got = candidate_train(["train.checkpoint_share=0", "train.micro_batch_size=4"])
+    assert (got.checkpoint_share, got.micro_batch_size, got.learning_rate) == (0.0, 4, 5e-5)
+    with pytest.raises(SystemExit, match="--candidate sampler.group_size=4: only train"):
+        candidate_train(["sampler.group_size=4"])
+    with pytest.raises(SystemExit, match="--set: .*checkpoint_share"):
+        candidate_train(["train.checkpoint_share=2"])
+
+
 # --- every benchmark end to end on tiny settings, to its summary line --------------------------
 
 # The light node of the process tests (tests/helpers.py, light_config), as --set arguments.
@@ -117,9 +128,11 @@ RUNS = [
     ),
     pytest.param(
         ["training", "--sequences", "2", "--completion-tokens", "8", "--repeats", "1", "--threads", "1"]
-        + ["--node-rounds", "1", *ROUND, *NO_EVAL, "--set", "sampler.threads=1"],
+        + ["--node-rounds", "1", *ROUND, *NO_EVAL, "--set", "sampler.threads=1"]
+        + ["--candidate", "train.checkpoint_share=0"],
         rf"^training: default \d+ tok/CPU-s vs fp32 all-checkpointed \d+, {NUM}x; vs plain forward\+backward "
-        rf"{NUM}x per token, same batch {NUM}x faster; node peak memory {NUM} GB, drift max \S+$",
+        rf"{NUM}x per token, same batch {NUM}x faster; candidate \d+ tok/CPU-s, {NUM}x default, same batch {NUM}x "
+        rf"faster; node peak memory {NUM} GB, drift max \S+$",
         marks=[pytest.mark.slow, pytest.mark.node_process],
         id="training",
     ),

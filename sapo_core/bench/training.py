@@ -11,6 +11,12 @@ reported) so a noisy neighbour hits all alike:
   model's own forward with labels (full logits, cross-entropy), backward, optimizer step. Ours
   adds the GRPO parts: old log-probs, ratios, clipping, chunked log-probs at completion positions.
 
+- "candidate" (with `--candidate KEY=VALUE`, train.* keys, repeatable): the default update with
+  those settings changed, alternated with the others; its tokens per CPU-second and seconds for
+  the batch against the default's join the summary line. A cut that keeps the gradient
+  (`train.checkpoint_share=0`, a larger `train.micro_batch_size`) is judged here and by the
+  node's peak memory (`--set` the same values); one that changes it needs the recipe lab too.
+
 Goals: the default trains >= 2x the tokens per CPU-second of the fp32 update; >= 1.0x plain.
 Tokens per CPU-second count the process's CPU time (all threads), so a faster wall clock bought
 with more threads does not count.
@@ -51,6 +57,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = physical cores)")
     p.add_argument("--no-node", action="store_true", help="skip the node's peak memory")
     p.add_argument("--node-rounds", type=int, default=3, help="the node's rounds (peak memory, drift)")
+    p.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="train.KEY=VALUE",
+        help="measure the default update with these train settings changed too (repeatable)",
+    )
     add_set_argument(p, "the node's peak-memory")
 
 
@@ -114,6 +127,8 @@ def measure_update(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     before = dataclasses.replace(default, precision="fp32", checkpoint_share=1.0)
     # each trainer has its own optimizer; the learning rate only moves the LoRA weights a hair
     trainers = {"before": Trainer(policy, before), "default": Trainer(policy, default)}
+    if args.candidate:
+        trainers["candidate"] = Trainer(policy, dataclasses.replace(candidate_train(args.candidate), steps_per_round=1))
     plain_opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-9)
     hooks = NullHooks()
 
@@ -131,6 +146,8 @@ def measure_update(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         return float(n), time.perf_counter() - wall, time.process_time() - cpu
 
     runs = {"before": lambda b: ours("before", b), "default": lambda b: ours("default", b), "plain": plain}
+    if "candidate" in trainers:
+        runs["candidate"] = lambda b: ours("candidate", b)
     for run in runs.values():
         run(seqs[:2])  # warm-up each path once
     seen: dict[str, list[tuple[float, float, float]]] = {k: [] for k in runs}
@@ -152,6 +169,17 @@ def measure_update(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         "checkpoint_share": default.checkpoint_share if default.gradient_checkpointing else 0.0,
     }
     return out
+
+
+def candidate_train(items: list[str]):
+    """The default TrainConfig with `items` (train.KEY=VALUE) changed; SystemExit naming a key
+    outside train or a value the config refuses."""
+    from sapo_core.bench.settings import node_config
+
+    other = [item for item in items if not item.strip().startswith("train.")]
+    if other:
+        raise SystemExit(f"--candidate {other[0]}: only train.* settings change the update")
+    return node_config({}, items).train
 
 
 def node_peak_memory(rounds: int, sets: list[str] = ()) -> tuple[float, float, list[float]]:
@@ -202,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {psutil.cpu_count(logical=False)} cores, load average {load:.1f}")
+    if args.candidate:
+        candidate_train(args.candidate)  # a wrong key fails before the model loads
     r = measure_update(args)
     setup = r["setup"]
     print(
@@ -231,6 +261,18 @@ def run(args: argparse.Namespace) -> int:
         f"same batch {batch:.1f}x faster"
     )
     result = {**r, "speedup": speedup, "ratio": ratio, "batch_speedup": batch}
+    if "candidate" in r:
+        c = r["candidate"]
+        gain = c["tok_per_cpu_s"] / r["default"]["tok_per_cpu_s"]
+        print(
+            f"{'GRPO, candidate':30s} {c['tok_per_s']:7.1f} tok/s  {c['tok_per_cpu_s']:7.1f} tok/CPU-s  "
+            f"{c['seconds']:6.1f} s for the batch ({', '.join(args.candidate)})"
+        )
+        summary += (
+            f"; candidate {c['tok_per_cpu_s']:.0f} tok/CPU-s, {gain:.2f}x default, same batch "
+            f"{r['default']['seconds'] / c['seconds']:.2f}x faster"
+        )
+        result["candidate_gain"] = gain
     if not args.no_node:
         peak, secs, drift = node_peak_memory(args.node_rounds, args.set)
         worst = max(drift) if drift else float("nan")
