@@ -107,7 +107,9 @@ def _plain_step(policy, optimizer, seqs, micro: int, precision) -> int:
     return tokens
 
 
-def measure_update(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def measure_update(args: argparse.Namespace, candidate=None) -> dict[str, dict[str, float]]:
+    """Median speeds of the updates over `args`' batch; `candidate` (a TrainConfig, or None) adds
+    one more update."""
     import torch
 
     from sapo_core import paths
@@ -127,8 +129,8 @@ def measure_update(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     before = dataclasses.replace(default, precision="fp32", checkpoint_share=1.0)
     # each trainer has its own optimizer; the learning rate only moves the LoRA weights a hair
     trainers = {"before": Trainer(policy, before), "default": Trainer(policy, default)}
-    if args.candidate:
-        trainers["candidate"] = Trainer(policy, dataclasses.replace(candidate_train(args.candidate), steps_per_round=1))
+    if candidate is not None:
+        trainers["candidate"] = Trainer(policy, dataclasses.replace(candidate, steps_per_round=1))
     plain_opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-9)
     hooks = NullHooks()
 
@@ -230,9 +232,9 @@ def run(args: argparse.Namespace) -> int:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {psutil.cpu_count(logical=False)} cores, load average {load:.1f}")
-    if args.candidate:
-        candidate_train(args.candidate)  # a wrong key fails before the model loads
-    r = measure_update(args)
+    # a wrong --candidate key fails here, before the model loads
+    candidate = candidate_train(args.candidate) if args.candidate else None
+    r = measure_update(args, candidate)
     setup = r["setup"]
     print(
         f"batch: {args.sequences} sequences of {args.completion_tokens} completion tokens in groups sharing a "
@@ -246,6 +248,9 @@ def run(args: argparse.Namespace) -> int:
         "default": "GRPO, the defaults",
         "plain": "plain fwd+bwd, as default",
     }
+    if "candidate" in r:
+        names["candidate"] = "GRPO, candidate"
+        print(f"candidate: the defaults with {', '.join(args.candidate)}")
     for key, label in names.items():
         x = r[key]
         print(
@@ -264,10 +269,6 @@ def run(args: argparse.Namespace) -> int:
     if "candidate" in r:
         c = r["candidate"]
         gain = c["tok_per_cpu_s"] / r["default"]["tok_per_cpu_s"]
-        print(
-            f"{'GRPO, candidate':30s} {c['tok_per_s']:7.1f} tok/s  {c['tok_per_cpu_s']:7.1f} tok/CPU-s  "
-            f"{c['seconds']:6.1f} s for the batch ({', '.join(args.candidate)})"
-        )
         summary += (
             f"; candidate {c['tok_per_cpu_s']:.0f} tok/CPU-s, {gain:.2f}x default, same batch "
             f"{r['default']['seconds'] / c['seconds']:.2f}x faster"
