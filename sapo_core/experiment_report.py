@@ -270,6 +270,24 @@ def arm_cost(rows: list[dict], arm: str) -> ArmCost:
     )
 
 
+def hourly_gains(rows: list[dict]) -> dict[NodeKey, float]:
+    """(seed, arm, node) -> the node's final held-out gain over the base model per hour of its
+    rounds (their `round_seconds`, evaluation not counted): what a volunteer's node-hour bought."""
+    hours: dict[NodeKey, float] = {}
+    for r in rows:
+        key = (int(r["seed"]), r["arm"], int(r["node"]))
+        hours[key] = hours.get(key, 0.0) + float(r["round_seconds"] or 0) / 3600
+    finals, bases = final_values(rows), final_values(rows, "eval_solve_rate_base")
+    return {k: (v - bases[k]) / hours[k] for k, v in finals.items() if k in bases and hours.get(k, 0.0) > 0}
+
+
+def hourly_difference(rows: list[dict], baseline: str, arm: str) -> Comparison:
+    """arm - baseline in held-out gain per node-hour of rounds, paired as `compare` says: the
+    per-CPU-hour figure with an interval. Round seconds move with the machine's load, so it holds
+    only between arms whose runs shared the same conditions (one run, or runs alone on the machine)."""
+    return compare(hourly_gains(rows), arm_sharing(rows), baseline, arm)
+
+
 def phase_words(cost: ArmCost) -> str | None:
     """Where an arm's node-round goes: the update, sampling, checking peers' text (the likelihood
     floor's forward pass), the rest of the round; and the held-out evaluation beside it, spread
@@ -334,6 +352,39 @@ def veteran_lines(rows: list[dict], arms: list[str]) -> list[str]:
     return lines
 
 
+def comparison_lines(rows: list[dict], baseline: str, arm: str, columns: list[str]) -> list[str]:
+    """arm - baseline: held-out with each replicate's difference, per dataset, on every level, per
+    node-hour of rounds, and the training solve rate; each paired as `compare` says."""
+    lines = []
+    d = difference(rows, baseline, arm)
+    if d.n:
+        listed = "; per unit " + ", ".join(f"{x:+.3f}" for x in d.diffs) if d.n <= 24 else ""
+        lines.append(f"{arm} - {baseline}: {d.mean:+.3f} ({d.interval()}) over {d.units()}{listed}")
+    parts = []
+    for c in columns:
+        dc = difference(rows, baseline, arm, c)
+        if dc.n:
+            parts.append(f"{_short(c)} {dc.mean:+.3f} ({dc.interval()})")
+    if parts:
+        lines.append("  per dataset: " + ", ".join(parts))
+    dcap = difference(rows, baseline, arm, "eval_capability")
+    if dcap.n:
+        lines.append(f"  every level (capability): {dcap.mean:+.3f} ({dcap.interval()}) over {dcap.units()}")
+    h = hourly_difference(rows, baseline, arm)
+    if h.n:
+        lines.append(
+            f"  held-out gain per node-hour of rounds, {arm} - {baseline}: {h.mean:+.3f} ({h.interval()}) "
+            f"over {h.units()}"
+        )
+    t = training_difference(rows, baseline, arm)
+    if t.n:
+        lines.append(
+            f"  training solve rate over all rounds (own questions, each node's curriculum), "
+            f"{arm} - {baseline}: {t.mean:+.3f} ({t.interval()}) over {t.units()}"
+        )
+    return lines
+
+
 def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
     """Per arm its final held-out solve rate over its replicates, per dataset, and its cost; per
     arm after the first its difference from the first, overall and per dataset. Veterans' rows
@@ -386,26 +437,7 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
             cint = interval_words(clo, chi, len(caps), "seed" if sharing.get(arm) else "node")
             lines.append(f"  every level (capability, the mean over each dataset's levels): {cm:.3f} ({cint})")
     for arm in arms[1:]:
-        d = difference(rows, arms[0], arm)
-        if d.n:
-            listed = "; per unit " + ", ".join(f"{x:+.3f}" for x in d.diffs) if d.n <= 24 else ""
-            lines.append(f"{arm} - {arms[0]}: {d.mean:+.3f} ({d.interval()}) over {d.units()}{listed}")
-        parts = []
-        for c in columns:
-            dc = difference(rows, arms[0], arm, c)
-            if dc.n:
-                parts.append(f"{_short(c)} {dc.mean:+.3f} ({dc.interval()})")
-        if parts:
-            lines.append("  per dataset: " + ", ".join(parts))
-        dcap = difference(rows, arms[0], arm, "eval_capability")
-        if dcap.n:
-            lines.append(f"  every level (capability): {dcap.mean:+.3f} ({dcap.interval()}) over {dcap.units()}")
-        t = training_difference(rows, arms[0], arm)
-        if t.n:
-            lines.append(
-                f"  training solve rate over all rounds (own questions, each node's curriculum), "
-                f"{arm} - {arms[0]}: {t.mean:+.3f} ({t.interval()}) over {t.units()}"
-            )
+        lines.extend(comparison_lines(rows, arms[0], arm, columns))
     lines.extend(reward_lines(rows, arms))
     lines.extend(veteran_lines(everyone, arms))
     return lines

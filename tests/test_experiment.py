@@ -32,6 +32,7 @@ from sapo_core.experiment_report import (
     arm_cost,
     difference,
     final_values,
+    hourly_difference,
     mean_ci,
     phase_words,
     reward_lines,
@@ -225,6 +226,25 @@ def test_cost_and_gain_per_node_hour():
     cost = arm_cost(ROWS, "lr")  # 2 rounds of 360 s per node: 0.2 h; final 0.45 on average against base 0.1
     assert cost.round_seconds == 360.0 and cost.train_tokens == 100.0 and cost.node_hours == pytest.approx(0.2)
     assert cost.gain == pytest.approx(0.35) and cost.gain_per_node_hour == pytest.approx(1.75)
+
+
+def test_gain_per_node_hour_difference_by_hand(tmp_path):
+    """Arm b's rounds cost half of a's (180 s against 360 s: 0.1 h against 0.2 h per node) and it
+    ends 0.1 lower on held-out in both pairs. Gains over the base 0.1 per node-hour: a 0.2 / 0.2 =
+    1.0 and 0.4 / 0.2 = 2.0, b 0.1 / 0.1 = 1.0 and 0.3 / 0.1 = 3.0: pairs +0.0 and +1.0, mean +0.5,
+    t(1) 12.706 x sd 0.7071 / sqrt 2 = 6.353 either side. A node evaluated never has no figure."""
+    rows = []
+    for arm, secs, finals in (("a", 360.0, (0.3, 0.5)), ("b", 180.0, (0.2, 0.4))):
+        for node, final in enumerate(finals):
+            rows += [_row(0, arm, node, 1, round_seconds=secs), _row(0, arm, node, 2, final, round_seconds=secs)]
+    rows += [_row(0, "b", 2, 1, round_seconds=180.0)]  # no evaluation: not a replicate
+    assert difference(rows, "a", "b").diffs == pytest.approx([-0.1, -0.1])
+    h = hourly_difference(rows, "a", "b")
+    assert h.keys == [(0, 0), (0, 1)] and h.diffs == pytest.approx([0.0, 1.0])
+    assert h.mean == pytest.approx(0.5) and h.hi - h.mean == pytest.approx(6.353, abs=1e-3)
+    lines = write_outputs(rows, tmp_path, "title", ["a", "b"])
+    want = "  held-out gain per node-hour of rounds, b - a: +0.500 (95% CI -5.853..+6.853) over 2 (seed, node) pairs"
+    assert want in lines
 
 
 def test_where_a_node_round_goes_by_hand(tmp_path):
