@@ -27,8 +27,9 @@ SHARED_WORDS = (
 @dataclass(frozen=True)
 class Measured:
     """A lab comparison the setup quotes: `arm` − `baseline` in the share of held-out questions
-    solved after `rounds` rounds, over `seeds` seeds (95 % interval lo..hi), recomputed from the
-    committed CSVs `docs/results/<files>` by tests/test_app_words.py."""
+    solved after `rounds` rounds, over `seeds` seeds (95 % interval lo..hi), and in that gain per
+    hour of the node's rounds (`hourly`: mean, lo, hi; what a volunteer's computer-hour bought),
+    recomputed from the committed CSVs `docs/results/<files>` by tests/test_app_words.py."""
 
     files: str
     baseline: str
@@ -38,6 +39,7 @@ class Measured:
     mean: float
     lo: float
     hi: float
+    hourly: tuple[float, float, float]
 
     DECIDES = 6  # seeds a lead needs before the setup calls it a gain (issue 36's bar)
 
@@ -48,12 +50,24 @@ class Measured:
             verdict = "a gain" if self.seeds >= self.DECIDES else "a lead; too few seeds to decide"
         return (
             f"{self.mean:+.2f} after {self.rounds} rounds ({self.seeds} seeds, 95 % interval "
-            f"{self.lo:+.2f}..{self.hi:+.2f}: {verdict})"
+            f"{self.lo:+.2f}..{self.hi:+.2f}: {verdict}), and {self.hourly_words()}"
         )
 
+    def hourly_words(self) -> str:
+        """The gain per hour of the computer's rounds against alone: less only where the whole
+        interval is below zero, more only where it is above zero over DECIDES seeds."""
+        m, lo, hi = self.hourly
+        if hi < 0:
+            verdict = "less than alone"
+        elif lo > 0 and self.seeds >= self.DECIDES:
+            verdict = "more than alone"
+        else:
+            verdict = "no difference shown"
+        return f"per hour of computing {m:+.2f} ({lo:+.2f}..{hi:+.2f}: {verdict})"
 
-SYMMETRIC = Measured("sharing-8n-*.csv", "2/0", "1/1", 100, 5, 0.007, -0.037, 0.050)
-NEWCOMER = Measured("newcomer-*.csv", "alone", "mixed", 30, 6, 0.013, -0.042, 0.069)
+
+SYMMETRIC = Measured("sharing-8n-*.csv", "2/0", "1/1", 100, 5, 0.007, -0.037, 0.050, (-0.330, -0.643, -0.017))
+NEWCOMER = Measured("newcomer-*.csv", "alone", "mixed", 30, 6, 0.013, -0.042, 0.069, (-0.193, -0.982, 0.595))
 SHARING_MEASURED = (
     "<b>What sharing gave, measured</b> (held-out questions solved against training alone, in this "
     f"project's lab): eight new computers sharing as the paper does, {SYMMETRIC.words()}; a new computer "

@@ -10,7 +10,7 @@ import pytest
 
 from app.setup_choices import NEWCOMER, SHARING_MEASURED, SYMMETRIC, Measured
 from sapo_core.experiment_files import read_rows
-from sapo_core.experiment_report import difference
+from sapo_core.experiment_report import difference, hourly_difference
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
@@ -24,14 +24,24 @@ def test_each_quoted_figure_is_what_the_committed_csvs_say(m: Measured):
     c = difference(rows, m.baseline, m.arm)
     assert c.unit == "seed" and c.n == m.seeds
     assert (round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)) == (m.mean, m.lo, m.hi)
+    h = hourly_difference(rows, m.baseline, m.arm)
+    assert h.n == m.seeds and (round(h.mean, 3), round(h.lo, 3), round(h.hi, 3)) == m.hourly
     assert max(int(r["round"]) for r in rows) == m.rounds
 
 
 def test_the_words_call_a_gain_only_an_interval_above_zero_over_six_seeds():
-    quiet = Measured("x", "a", "b", 100, 5, 0.007, -0.037, 0.050)
-    assert quiet.words() == "+0.01 after 100 rounds (5 seeds, 95 % interval -0.04..+0.05: no gain shown)"
-    assert Measured("x", "a", "b", 30, 6, 0.031, 0.004, 0.058).words().endswith(": a gain)")
-    assert Measured("x", "a", "b", 30, 2, 0.029, 0.012, 0.045).words().endswith(": a lead; too few seeds to decide)")
+    quiet = Measured("x", "a", "b", 100, 5, 0.007, -0.037, 0.050, (-0.33, -0.64, -0.02))
+    assert quiet.words() == (
+        "+0.01 after 100 rounds (5 seeds, 95 % interval -0.04..+0.05: no gain shown), and "
+        "per hour of computing -0.33 (-0.64..-0.02: less than alone)"
+    )
+    even = (0.1, -0.2, 0.4)
+    assert ": a gain), and " in Measured("x", "a", "b", 30, 6, 0.031, 0.004, 0.058, even).words()
+    few = Measured("x", "a", "b", 30, 2, 0.029, 0.012, 0.045, (0.5, 0.1, 0.9))
+    assert ": a lead; too few seeds to decide), and " in few.words()
+    assert few.hourly_words().endswith("(+0.10..+0.90: no difference shown)")  # 2 seeds: no claim of more
+    assert Measured("x", "a", "b", 30, 6, 0, 0, 0, (0.5, 0.1, 0.9)).hourly_words().endswith(": more than alone)")
+    assert Measured("x", "a", "b", 30, 6, 0, 0, 0, even).hourly_words().endswith(": no difference shown)")
     assert SYMMETRIC.words() in SHARING_MEASURED and NEWCOMER.words() in SHARING_MEASURED
 
 
