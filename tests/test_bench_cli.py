@@ -55,6 +55,27 @@ def test_a_training_candidate_changes_only_the_update() -> None:
         candidate_train(["train.checkpoint_share=2"])
 
 
+def test_a_training_batch_with_a_long_tail() -> None:
+    """--long-tail: the first completion of each group of G runs that long, the others keep
+    --completion-tokens; groups share their question's prompt. 10 sequences at G = 4 make groups of
+    4, 4 and 2."""
+    from types import SimpleNamespace
+
+    from sapo_core.bench.training import _batch
+    from sapo_core.config import TaskConfig
+    from sapo_core.tasks import TaskSet
+    from tests.helpers import small_policy
+
+    # the model is real (its vocabulary bounds the tokens); the prompt's ids stand in for the tokenizer
+    policy = SimpleNamespace(model=small_policy(vocab=300).model, encode_prompt=lambda msgs: [len(str(msgs)) % 50, 1])
+    tasks = TaskSet(TaskConfig(), seed=0)
+    seqs = _batch(policy, tasks, 10, 3, 4, long_tail=7)
+    assert [len(s.completion_ids) for s in seqs] == [7, 3, 3, 3, 7, 3, 3, 3, 7, 3]
+    assert all(100 <= t < 299 for s in seqs for t in s.completion_ids)
+    assert len({tuple(s.prompt_ids) for s in seqs[:4]}) == 1
+    assert [len(s.completion_ids) for s in _batch(policy, tasks, 4, 3, 4)] == [3, 3, 3, 3]
+
+
 # --- every benchmark end to end on tiny settings, to its summary line --------------------------
 
 # The light node of the process tests (tests/helpers.py, light_config), as --set arguments.
@@ -127,7 +148,8 @@ RUNS = [
         id="tasks",
     ),
     pytest.param(
-        ["training", "--sequences", "2", "--completion-tokens", "8", "--repeats", "1", "--threads", "1"]
+        ["training", "--sequences", "2", "--completion-tokens", "8", "--long-tail", "12", "--repeats", "1"]
+        + ["--threads", "1"]
         + ["--node-rounds", "1", *ROUND, *NO_EVAL, "--set", "sampler.threads=1"]
         + ["--candidate", "train.checkpoint_share=0"],
         rf"^training: default \d+ tok/CPU-s vs fp32 all-checkpointed \d+, {NUM}x; vs plain forward\+backward "

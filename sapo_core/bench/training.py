@@ -22,10 +22,12 @@ Tokens per CPU-second count the process's CPU time (all threads), so a faster wa
 with more threads does not count.
 
 The batch is shaped like a round: groups of G completions of one question (the node's G), so
-they share their prompt. Ours packs each prompt once per row (train.pack_prompts); plain, like
-rl-swarm's trainer, runs one row per completion. Tokens/s counts the tokens each actually
-processed (compute efficiency); "same batch" compares the seconds each took for the round's
-sequences, which is what packing changes.
+they share their prompt. `--long-tail N` makes the first completion of each group N tokens long,
+as a lab round's longest often is (the sampling limit), beside answers of a few tokens: a
+layout that pads rows to the longest completion pays for it there. Ours packs each prompt once
+per row (train.pack_prompts); plain, like rl-swarm's trainer, runs one row per completion.
+Tokens/s counts the tokens each actually processed (compute efficiency); "same batch" compares
+the seconds each took for the round's sequences, which is what packing changes.
 
 The node's peak memory is measured on a real node process (`--node-rounds` rounds, the default
 config, training alone) as the largest resident set of the process and its children (the
@@ -53,6 +55,14 @@ from sapo_core.control import vocabulary as K
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sequences", type=int, default=16, help="sequences in the batch")
     p.add_argument("--completion-tokens", type=int, default=128)
+    p.add_argument(
+        "--long-tail",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="the first completion of each group runs this many tokens instead (a lab round's longest "
+        "often runs to the sampling limit, 128, while most answers are a few tokens); 0 = off",
+    )
     p.add_argument("--repeats", type=int, default=3, help="alternated measurements of each")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = physical cores)")
     p.add_argument("--no-node", action="store_true", help="skip the node's peak memory")
@@ -67,7 +77,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_set_argument(p, "the node's peak-memory")
 
 
-def _batch(policy, tasks, n: int, completion_tokens: int, group_size: int):
+def _batch(policy, tasks, n: int, completion_tokens: int, group_size: int, long_tail: int = 0):
+    """n sequences in groups of `group_size` sharing a question's prompt; random completions of
+    `completion_tokens` tokens, the first of each group `long_tail` tokens where that is > 0."""
     import torch
 
     from sapo_core.trainer import TrainSequence
@@ -81,7 +93,8 @@ def _batch(policy, tasks, n: int, completion_tokens: int, group_size: int):
         for i in range(group_size):
             if len(seqs) == n:
                 break
-            completion = torch.randint(100, vocab - 1, (completion_tokens,), generator=g).tolist()
+            length = long_tail if long_tail > 0 and i == 0 else completion_tokens
+            completion = torch.randint(100, vocab - 1, (length,), generator=g).tolist()
             seqs.append(TrainSequence(prompt, completion, 1.0 if i % 2 else -1.0))
     return seqs
 
@@ -124,7 +137,8 @@ def measure_update(args: argparse.Namespace, candidate=None) -> dict[str, dict[s
     if args.threads:
         torch.set_num_threads(args.threads)
     policy = load_policy(cfg.model, embedded_gguf_path(), paths.cache_dir() / "hf", model_id="embedded")
-    seqs = _batch(policy, TaskSet(cfg.tasks, seed=0), args.sequences, args.completion_tokens, cfg.sampler.group_size)
+    tasks = TaskSet(cfg.tasks, seed=0)
+    seqs = _batch(policy, tasks, args.sequences, args.completion_tokens, cfg.sampler.group_size, args.long_tail)
     default = dataclasses.replace(cfg.train, steps_per_round=1)
     before = dataclasses.replace(default, precision="fp32", checkpoint_share=1.0)
     # each trainer has its own optimizer; the learning rate only moves the LoRA weights a hair
@@ -236,8 +250,9 @@ def run(args: argparse.Namespace) -> int:
     candidate = candidate_train(args.candidate) if args.candidate else None
     r = measure_update(args, candidate)
     setup = r["setup"]
+    tail = f" (the first of each group {args.long_tail})" if args.long_tail > 0 else ""
     print(
-        f"batch: {args.sequences} sequences of {args.completion_tokens} completion tokens in groups sharing a "
+        f"batch: {args.sequences} sequences of {args.completion_tokens} completion tokens{tail} in groups sharing a "
         f"prompt; ours processes {int(r['default']['tokens'])} tokens (prompts packed), plain "
         f"{int(r['plain']['tokens'])}; micro-batch {setup['micro_batch']}, {setup['threads']} thread(s), "
         f"median of {args.repeats}; default: {setup['precision']}, {setup['checkpoint_share']:.0%} of the layers "
