@@ -251,34 +251,41 @@ class ArmCost:
         return self.gain / self.node_hours if self.gain is not None and self.node_hours > 0 else None
 
 
+def node_hours(rows: list[dict]) -> dict[NodeKey, float]:
+    """(seed, arm, node) -> hours of the node's rounds (their `round_seconds`, evaluation not counted)."""
+    hours: dict[NodeKey, float] = {}
+    for r in rows:
+        key = (int(r["seed"]), r["arm"], int(r["node"]))
+        hours[key] = hours.get(key, 0.0) + float(r["round_seconds"] or 0) / 3600
+    return hours
+
+
+def node_gains(rows: list[dict]) -> dict[NodeKey, float]:
+    """(seed, arm, node) -> the node's final held-out solve rate - the base model's, where both were measured."""
+    finals, bases = final_values(rows), final_values(rows, "eval_solve_rate_base")
+    return {k: v - bases[k] for k, v in finals.items() if k in bases}
+
+
 def arm_cost(rows: list[dict], arm: str) -> ArmCost:
     mine = [r for r in rows if r["arm"] == arm]
-    hours: dict[tuple, float] = {}
-    for r in mine:
-        key = (int(r["seed"]), int(r["node"]))
-        hours[key] = hours.get(key, 0.0) + float(r["round_seconds"] or 0) / 3600
+    hours = node_hours(mine)
     tokens = [float(r["train_tokens"]) for r in mine if r.get("train_tokens", "") != ""]
-    finals, bases = final_values(mine), final_values(mine, "eval_solve_rate_base")
-    gains = [finals[k] - bases[k] for k in finals if k in bases]
+    gains = node_gains(mine)
     timed = [r for r in mine if all(r.get(c, "") != "" for c in PHASE_COLUMNS)]
     return ArmCost(
         round_seconds=statistics.fmean(float(r["round_seconds"] or 0) for r in mine) if mine else 0.0,
         train_tokens=statistics.fmean(tokens) if tokens else None,
         node_hours=statistics.fmean(hours.values()) if hours else 0.0,
-        gain=statistics.fmean(gains) if gains else None,
+        gain=statistics.fmean(gains.values()) if gains else None,
         phases={c: statistics.fmean(float(r[c]) for r in timed) for c in PHASE_COLUMNS} if timed else None,
     )
 
 
 def hourly_gains(rows: list[dict]) -> dict[NodeKey, float]:
     """(seed, arm, node) -> the node's final held-out gain over the base model per hour of its
-    rounds (their `round_seconds`, evaluation not counted): what a volunteer's node-hour bought."""
-    hours: dict[NodeKey, float] = {}
-    for r in rows:
-        key = (int(r["seed"]), r["arm"], int(r["node"]))
-        hours[key] = hours.get(key, 0.0) + float(r["round_seconds"] or 0) / 3600
-    finals, bases = final_values(rows), final_values(rows, "eval_solve_rate_base")
-    return {k: (v - bases[k]) / hours[k] for k, v in finals.items() if k in bases and hours.get(k, 0.0) > 0}
+    rounds: what a volunteer's node-hour bought."""
+    hours = node_hours(rows)
+    return {k: g / hours[k] for k, g in node_gains(rows).items() if hours.get(k, 0.0) > 0}
 
 
 def hourly_difference(rows: list[dict], baseline: str, arm: str) -> Comparison:

@@ -232,7 +232,7 @@ def test_gain_per_node_hour_difference_by_hand(tmp_path):
     """Arm b's rounds cost half of a's (180 s against 360 s: 0.1 h against 0.2 h per node) and it
     ends 0.1 lower on held-out in both pairs. Gains over the base 0.1 per node-hour: a 0.2 / 0.2 =
     1.0 and 0.4 / 0.2 = 2.0, b 0.1 / 0.1 = 1.0 and 0.3 / 0.1 = 3.0: pairs +0.0 and +1.0, mean +0.5,
-    t(1) 12.706 x sd 0.7071 / sqrt 2 = 6.353 either side. A node evaluated never has no figure."""
+    t(1) 12.706 x sd 0.7071 / sqrt 2 = 6.353 either side. A node never evaluated has no figure."""
     rows = []
     for arm, secs, finals in (("a", 360.0, (0.3, 0.5)), ("b", 180.0, (0.2, 0.4))):
         for node, final in enumerate(finals):
