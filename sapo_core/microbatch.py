@@ -6,7 +6,7 @@ sequence (trainer.py's docstring says when each is used):
 - packed (train.pack_prompts): a row holding each prompt once, followed by its completions,
   behind a block attention mask;
 - prefix (train.prompt_grad = false): a micro-batch per prompt, the prompt run once without
-  gradient, a row per completion.
+  gradient, then its completions packed in one row behind a block mask.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class TrainSequence:
 @dataclass
 class MicroBatch:
     input_ids: torch.Tensor  # (B, L)
-    attention: torch.Tensor  # (B, L) padding mask, or (B, 1, L, L) additive mask when packed
+    attention: torch.Tensor  # (B, L) padding mask, or an additive (1, 1, L, L) packed, (1, 1, C, P-1+C) after a prefix
     pred_rows: torch.Tensor  # (N,) flat index into (B*L) of hidden states predicting a completion token
     targets: torch.Tensor  # (N,) the completion tokens
     seq_of_token: torch.Tensor  # (N,) which row of the micro-batch each token belongs to
@@ -53,7 +53,7 @@ class MicroBatch:
         }
         return dataclasses.replace(self, **moved)
 
-    position_ids: torch.Tensor | None = None  # (B, L) when packed, or (B, C) after a prefix
+    position_ids: torch.Tensor | None = None  # (B, L) when packed, or (1, C) after a prefix
     prefix_ids: torch.Tensor | None = None  # (1, P-1) a group's prompt but its last token, run without gradient
 
 
@@ -188,37 +188,44 @@ def make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torch
     return out
 
 
-def make_prefix_micro_batches(seqs: list[TrainSequence], pad_id: int) -> list[MicroBatch]:
+def make_prefix_micro_batches(seqs: list[TrainSequence], dtype: torch.dtype) -> list[MicroBatch]:
     """One micro-batch per prompt: the prompt but its last token as `prefix_ids` (run once, without
-    gradient), then a row per completion: [the prompt's last token, completion[:-1]], predicting
-    the completion. Positions continue after the prefix, so each completion's log-probs are those of
-    its own row in one full sequence."""
+    gradient), then one row packing each completion as [the prompt's last token, completion[:-1]],
+    predicting the completion. A block mask lets each completion see the prefix and its own earlier
+    tokens; positions restart after the prefix for each one, so each completion's log-probs are those
+    of one full sequence. Packed, a group's short answers cost their own tokens, not the longest's."""
     by_prompt: dict[tuple[int, ...], list[int]] = {}
     for i, s in enumerate(seqs):
         by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
     out = []
     for prompt, members in by_prompt.items():
         prefix, last = list(prompt[:-1]), prompt[-1]
-        length = max(len(seqs[i].completion_ids) for i in members)
-        ids = torch.full((len(members), length), pad_id, dtype=torch.long)
-        att = torch.zeros((len(members), len(prefix) + length), dtype=torch.long)
-        att[:, : len(prefix)] = 1
-        rows, tokens = [], _TokenLabels()
-        for b, i in enumerate(members):
-            s = seqs[i]
-            c = len(s.completion_ids)
-            ids[b, :c] = torch.tensor([last, *s.completion_ids[:-1]])
-            att[b, len(prefix) : len(prefix) + c] = 1
-            rows.extend(b * length + t for t in range(c))
-            tokens.add(b, s)
+        p = len(prefix)
+        ids: list[int] = []
+        pos: list[int] = []
+        tokens = _TokenLabels()
+        blocks: list[tuple[int, int]] = []  # (start, length) of each completion in the row
+        for k, i in enumerate(members):
+            comp = seqs[i].completion_ids
+            blocks.append((len(ids), len(comp)))
+            ids.extend([last, *comp[:-1]])
+            pos.extend(range(p, p + len(comp)))
+            tokens.add(k, seqs[i])
+        length = len(ids)
+        allowed = torch.zeros((length, p + length), dtype=torch.bool)
+        allowed[:, :p] = True
+        for b, c in blocks:
+            allowed[b : b + c, p + b : p + b + c] = torch.ones((c, c), dtype=torch.bool).tril()
+        mask = torch.zeros((1, 1, length, p + length), dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         out.append(
             MicroBatch(
-                input_ids=ids,
-                attention=att,
-                pred_rows=torch.tensor(rows, dtype=torch.long),
+                input_ids=torch.tensor([ids], dtype=torch.long),
+                attention=mask,
+                pred_rows=torch.arange(length),  # every position predicts its completion's next token
                 advantages=torch.tensor([seqs[i].advantage for i in members], dtype=torch.float32),
-                n_tokens=len(prefix) + len(tokens.targets),
-                position_ids=(torch.arange(length) + len(prefix)).repeat(len(members), 1),
+                n_tokens=p + length,
+                position_ids=torch.tensor([pos], dtype=torch.long),
                 prefix_ids=torch.tensor([prefix], dtype=torch.long),
                 **tokens.tensors(),
             )

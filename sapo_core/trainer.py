@@ -21,10 +21,11 @@
   untrained model's answers are a few tokens next to a prompt of hundreds: the round trains
   ~6x fewer tokens. Rows hold at most micro_batch_size x the longest sequence, as unpacked.
 - With `train.prompt_grad = false` each group's prompt runs once per step without gradient (its
-  keys and values cached, its last token fed again ahead of the completions) and only the
-  completions run with gradient: the log-probs and hence the ratios are the same, the gradient
-  leaves out the path through the prompt's keys and values (LoRA adapts k_proj and v_proj), an
-  approximation that must pay on held-out per CPU-hour (docs/experiment.md, 'Recipe lab').
+  keys and values cached, its last token fed again ahead of each completion, the completions
+  packed in one row behind a block mask) and only the completions run with gradient: the
+  log-probs and hence the ratios are the same, the gradient leaves out the path through the
+  prompt's keys and values (LoRA adapts k_proj and v_proj), an approximation that must pay on
+  held-out per CPU-hour (docs/experiment.md, 'Recipe lab').
   Gradient checkpointing is off in that pass: the completions' activations are small.
 - A guide (a peer's verified right completion added to our own all-wrong group, swarm.take =
   mixed) is off-policy text: its tokens carry LUFFY's policy-shaped objective -A p/(p + gamma)
@@ -164,8 +165,8 @@ class Trainer:
         return grpo.token_logprobs(flat[mb.pred_rows], head, mb.targets, self.cfg.logit_chunk, self.temperature)
 
     def _after_prefix(self, mb: MicroBatch, body: torch.nn.Module) -> torch.Tensor:
-        """(B, C, H) hidden states of the completion rows, the prefix's keys and values computed
-        without gradient and shared by every row."""
+        """(1, C, H) hidden states of the packed completions, the prefix's keys and values computed
+        without gradient and seen by every completion."""
         from transformers import DynamicCache
 
         arg = _cache_argument(type(body).forward)
@@ -173,7 +174,6 @@ class Trainer:
         if mb.prefix_ids.shape[1]:
             with torch.no_grad():
                 body(input_ids=mb.prefix_ids, use_cache=True, **{arg: cache})
-            cache.batch_repeat_interleave(mb.input_ids.shape[0])
         with _checkpointing_off(body):
             out = body(
                 input_ids=mb.input_ids,
@@ -271,7 +271,7 @@ class Trainer:
         model = self.policy.model
         pad = self.policy.tokenizer.pad_token_id
         if prefix:
-            mbs = make_prefix_micro_batches(seqs, pad)
+            mbs = make_prefix_micro_batches(seqs, next(model.parameters()).dtype)
         elif self.cfg.pack_prompts:
             mbs = make_packed_micro_batches(seqs, self.cfg.micro_batch_size, next(model.parameters()).dtype)
         else:

@@ -291,7 +291,7 @@ def _per_sequence_logprobs(trainer, seqs):
     if trainer.cfg.prompt_grad:
         mbs = make_packed_micro_batches(tagged, 4, torch.float32)
     else:
-        mbs = make_prefix_micro_batches(tagged, 0)
+        mbs = make_prefix_micro_batches(tagged, torch.float32)
     out = [[] for _ in seqs]
     body, head = trainer.policy.body(), trainer.policy.head_weight()
     with torch.no_grad():
@@ -318,6 +318,10 @@ def test_a_prompt_without_gradient_gives_the_same_log_probs_and_loss():
     prompts = {tuple(s.prompt_ids) for s in seqs}
     completions = sum(len(s.completion_ids) for s in seqs)
     assert figures["train/tokens"] == sum(len(p) - 1 for p in prompts) + completions  # each prompt once
+    from sapo_core.microbatch import make_prefix_micro_batches
+
+    mbs = make_prefix_micro_batches(seqs, torch.float32)
+    assert sum(mb.input_ids.numel() for mb in mbs) == completions  # packed: no row padded to the longest
 
 
 def _gradients(policy, seqs, prompt_grad: bool) -> list[torch.Tensor]:
