@@ -90,6 +90,20 @@ class _TokenLabels:
         )
 
 
+def _by_prompt(seqs: list[TrainSequence]) -> dict[tuple[int, ...], list[int]]:
+    """Each prompt -> the indices of its sequences, in order of first appearance."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(seqs):
+        groups.setdefault(tuple(s.prompt_ids), []).append(i)
+    return groups
+
+
+def _additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, Q, K) attention mask of `dtype`: 0 where `allowed` (Q, K), the dtype's minimum elsewhere."""
+    mask = torch.zeros((1, 1, *allowed.shape), dtype=dtype)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
 def make_micro_batches(seqs: list[TrainSequence], size: int, pad_id: int) -> list[MicroBatch]:
     # Similar lengths together: less padding to compute (order inside a round is irrelevant).
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids))
@@ -129,9 +143,7 @@ def make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torch
     tokens; positions run 0..p-1 over a prompt and p.. over each completion, as if alone.
     """
     budget = size * max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(seqs):
-        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    by_prompt = _by_prompt(seqs)
     rows: list[list[tuple[tuple[int, ...], list[int]]]] = []  # row -> [(prompt, sequence indices)]
     used = 0
     for prompt, members in by_prompt.items():
@@ -172,8 +184,7 @@ def make_packed_micro_batches(seqs: list[TrainSequence], size: int, dtype: torch
             allowed[b : b + c, b : b + c] = torch.ones((c, c), dtype=torch.bool).tril()
             pred.extend([a + p - 1] + list(range(b, b + c - 1)))  # the prompt's last token predicts the first
             tokens.add(k, seqs[i])
-        mask = torch.zeros((1, 1, length, length), dtype=dtype)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        mask = _additive_mask(allowed, dtype)
         out.append(
             MicroBatch(
                 input_ids=torch.tensor([ids], dtype=torch.long),
@@ -194,9 +205,7 @@ def make_prefix_micro_batches(seqs: list[TrainSequence], dtype: torch.dtype) -> 
     predicting the completion. A block mask lets each completion see the prefix and its own earlier
     tokens; positions restart after the prefix for each one, so each completion's log-probs are those
     of one full sequence. Packed, a group's short answers cost their own tokens, not the longest's."""
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(seqs):
-        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    by_prompt = _by_prompt(seqs)
     out = []
     for prompt, members in by_prompt.items():
         prefix, last = list(prompt[:-1]), prompt[-1]
@@ -216,8 +225,7 @@ def make_prefix_micro_batches(seqs: list[TrainSequence], dtype: torch.dtype) -> 
         allowed[:, :p] = True
         for b, c in blocks:
             allowed[b : b + c, p + b : p + b + c] = torch.ones((c, c), dtype=torch.bool).tril()
-        mask = torch.zeros((1, 1, length, p + length), dtype=dtype)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        mask = _additive_mask(allowed, dtype)
         out.append(
             MicroBatch(
                 input_ids=torch.tensor([ids], dtype=torch.long),

@@ -268,16 +268,14 @@ class Trainer:
     def _micro_batches(self, seqs: list[TrainSequence], prefix: bool) -> list[MicroBatch]:
         """`seqs` in micro-batches on the model's device: each prompt's prefix run once without
         gradient (`prefix`), packed behind their prompts (train.pack_prompts), or padded rows."""
-        model = self.policy.model
-        pad = self.policy.tokenizer.pad_token_id
+        weight = next(self.policy.model.parameters())
         if prefix:
-            mbs = make_prefix_micro_batches(seqs, next(model.parameters()).dtype)
+            mbs = make_prefix_micro_batches(seqs, weight.dtype)
         elif self.cfg.pack_prompts:
-            mbs = make_packed_micro_batches(seqs, self.cfg.micro_batch_size, next(model.parameters()).dtype)
+            mbs = make_packed_micro_batches(seqs, self.cfg.micro_batch_size, weight.dtype)
         else:
-            mbs = make_micro_batches(seqs, self.cfg.micro_batch_size, pad)
-        device = next(model.parameters()).device
-        return [mb.to(device) for mb in mbs]
+            mbs = make_micro_batches(seqs, self.cfg.micro_batch_size, self.policy.tokenizer.pad_token_id)
+        return [mb.to(weight.device) for mb in mbs]
 
     def _peer_weights(self, mb: MicroBatch, old: torch.Tensor, figures: dict[str, float]) -> torch.Tensor | None:
         """(N,) the F-TIS weight of each token of `mb` (1 for ours), or None where nothing is
