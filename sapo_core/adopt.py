@@ -24,7 +24,8 @@ Pure apart from the sampling function it is given, which the node backs with its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sapo_core.batch import Mixed
@@ -92,4 +93,38 @@ def adopt(groups: Sequence[Group], want: int, sample_own: SampleOwn) -> Adopted:
     return out
 
 
-__all__ = ["Adopted", "SampleOwn", "adopt", "adoptable", "right_completions"]
+NEED_WINDOW = 16  # a topic's last groups of ours its need is read from
+NEED_SPREAD = 0.5  # a question where our own answers already have spread, next to one we fail (1)
+
+
+class TopicNeeds:
+    """How much a peer's verified right answer on a topic (a dataset at one level) would teach
+    us, from our own last `window` groups there (swarm.choice = need; selection.NeedChoice):
+
+        need = (all wrong + NEED_SPREAD × with spread) / groups
+
+    A question we fail entirely is where a peer's right answer guides (LUFFY's mixed group: what
+    we cannot find alone), one with spread we could have drawn ourselves, one we always get right
+    teaches nothing. Topics without groups of ours are left out (the choice gives them its
+    `unknown` weight). Fed only with our own scored groups, never with what peers claim; kept in
+    memory (a restarted node relearns it in a few rounds)."""
+
+    def __init__(self, window: int = NEED_WINDOW) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, not {window}")
+        self.window = window
+        self._seen: dict[str, deque[float]] = {}
+
+    def observe(self, groups: Iterable[Group]) -> None:
+        for g in groups:
+            if not g.completions:
+                continue
+            right = len(right_completions(g))
+            worth = 1.0 if right == 0 else (0.0 if right == len(g.completions) else NEED_SPREAD)
+            self._seen.setdefault(g.question.id.topic(), deque(maxlen=self.window)).append(worth)
+
+    def need(self) -> dict[str, float]:
+        return {topic: sum(seen) / len(seen) for topic, seen in self._seen.items()}
+
+
+__all__ = ["NEED_SPREAD", "Adopted", "SampleOwn", "TopicNeeds", "adopt", "adoptable", "right_completions"]

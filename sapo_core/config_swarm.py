@@ -140,6 +140,13 @@ class SwarmConfig:
         "sapo_core/adopt.py).",
         "paper",
     )
+    choice: str = setting(
+        "Which of peers' verified groups a round takes: 'uniform' (J at random: SAPO) or 'need' (drawn in "
+        "proportion to what our own recent groups lack on each group's dataset and level: all wrong weighs 1, "
+        "with spread 0.5, all right 0; sapo_core/adopt.py, TopicNeeds). With take = mixed, 'need' is the "
+        "success-gated sharing that prefers where this node fails.",
+        "uniform",
+    )
     max_external_tokens: int = setting(
         "Most completion tokens of peers' groups one update trains on, whole groups only (the default is "
         "J x G x max_new_tokens at the defaults; 0 = no limit).",
@@ -197,6 +204,7 @@ class SwarmConfig:
             "must be policy, base or either",
         )
         check(self.take in ("paper", "mixed"), "swarm.take", "must be paper or mixed")
+        check(self.choice in ("uniform", "need"), "swarm.choice", "must be uniform or need")
         check(self.max_external_tokens >= 0, "swarm.max_external_tokens", "must be >= 0 (0 = no limit)")
 
     def _check_addresses(self) -> None:

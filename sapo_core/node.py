@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from sapo_core import paths
-from sapo_core.adopt import Adopted, adopt
+from sapo_core.adopt import Adopted, TopicNeeds, adopt
 from sapo_core.batch import Batch, BatchRules, training_batch
 from sapo_core.checkpoint import Checkpoints, CheckpointState
 from sapo_core.config import NodeConfig, dump_config
@@ -82,6 +82,7 @@ class Node:
         self._sampler: ResilientSampler | None = None
         self._sampler_factory = sampler_factory
         self._receipts: list[tuple[str, int, int]] = []  # peers' groups trained last round: named in our next record
+        self._needs = TopicNeeds()  # what our own groups lack by dataset and level, for swarm.choice = need
         self._evaluator = None
         self._identity = "alone"
         self.threads = 0  # the compute threads in use (set in setup)
@@ -186,7 +187,8 @@ class Node:
                 swarm_step("publish", failures, self._source.publish, r, shared, self._receipts)
             with timer("gather"):
                 hooks.progress("gather", 0, 1)
-                external = swarm_step("gather", failures, self._source.gather, r, shape.external, rng) or []
+                need = self._needs.need()  # what our own groups lack, by dataset and level (swarm.choice = need)
+                external = swarm_step("gather", failures, self._source.gather, r, shape.external, rng, need) or []
             with timer("likelihood"):  # a forward pass over peers' completions: work, not waiting
                 hooks.progress("likelihood", 0, 1)
                 external = self._judges.keep_likely(external, cfg.swarm, self._source, failures)
@@ -237,8 +239,11 @@ class Node:
         return metrics
 
     def _sample_and_score(self, r: int, questions, timer: PhaseTimer, part: int = 0):
-        """Our groups of `questions` at this round's group size, their prompts, the raw samples."""
-        return self._groups.sample_and_score(r, questions, timer, self.shape.group_size, part)
+        """Our groups of `questions` at this round's group size, their prompts, the raw samples; the
+        groups (ours, and ours on peers' questions) feed what we lack (TopicNeeds)."""
+        out = self._groups.sample_and_score(r, questions, timer, self.shape.group_size, part)
+        self._needs.observe(out[0])
+        return out
 
     def _training_batch(
         self, local: list[Group], prompts, refill: Refill | None, adopted: Adopted | None, external: list[Group]

@@ -24,6 +24,10 @@ class QuestionId:
     def key(self) -> str:
         return f"{self.dataset}/{self.config_digest}/{self.seed}/{self.index}"
 
+    def topic(self) -> str:
+        """The dataset and level (its config digest) the question belongs to."""
+        return f"{self.dataset}/{self.config_digest}"
+
 
 @dataclass(frozen=True)
 class Question:

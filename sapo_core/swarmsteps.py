@@ -38,6 +38,7 @@ def open_source(cfg: NodeConfig, policy: Policy, identity_dir: Path, hooks: Roun
     """The configured swarm's rollout source, or None when this node runs alone."""
     if not cfg.swarm.enabled or cfg.round.external_groups == 0:
         return None
+    from sapo_core.swarm.selection import NeedChoice
     from sapo_core.swarm.source import open_swarm
     from sapo_core.swarm.verify import CompletionCutter
 
@@ -45,7 +46,8 @@ def open_source(cfg: NodeConfig, policy: Policy, identity_dir: Path, hooks: Roun
     # is our tokenizer and max_new_tokens, to score peers' text exactly as it is trained
     verifying = TaskSet(cfg.tasks, seed=cfg.seed)
     cutter = CompletionCutter.for_tokenizer(policy.tokenizer, cfg.sampler.max_new_tokens)
-    return open_swarm(cfg.swarm, verifying, identity_dir, hooks, cutter=cutter)
+    choice = NeedChoice() if cfg.swarm.choice == "need" else None  # None: the paper's UniformChoice
+    return open_swarm(cfg.swarm, verifying, identity_dir, hooks, cutter=cutter, choice=choice)
 
 
 def swarm_step(what: str, failures: dict[str, float], fn, *args):

@@ -3,7 +3,9 @@ by hand, and what a lying peer can and cannot do with it."""
 
 from __future__ import annotations
 
-from sapo_core.adopt import adopt, adoptable
+import pytest
+
+from sapo_core.adopt import TopicNeeds, adopt, adoptable
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 
 
@@ -78,3 +80,29 @@ def test_a_lying_peer_can_at_most_waste_a_slot():
     assert (easy.own, easy.mixed, easy.solved) == ([], [], 1)
     flood = adopt([peer_group(3, [1.0] * 8)], 4, OwnAnswers({3: [0.0] * 4}))
     assert len(flood.mixed) == 1 and len(flood.mixed[0].guides) == 1
+
+
+def ours(dataset: str, digest: str, rewards: list[float], index: int = 0) -> Group:
+    question = Question(QuestionId(dataset, digest, 5, index), "?", "1")
+    return Group(question, [Completion(str(k), reward=r) for k, r in enumerate(rewards)])
+
+
+def test_topic_needs_by_hand():
+    """need = (all wrong + 0.5 x with spread) / groups, over a topic's last `window` groups of ours."""
+    needs = TopicNeeds(window=4)
+    assert needs.need() == {}  # nothing seen: every topic unknown (the choice's own weight)
+    needs.observe(
+        [
+            ours("fractions", "L1", [0.0, 0.0]),  # all wrong: 1
+            ours("fractions", "L1", [1.0, 0.0]),  # spread: 0.5
+            ours("fractions", "L1", [1.0, 1.0]),  # all right: 0
+            ours("fractions", "L1", [0.5, 0.5]),  # partial credit only: nothing right, 1
+            ours("calendar", "L0", [1.0, 1.0, 1.0]),  # all right: 0
+            Group(Question(QuestionId("calendar", "L9", 5, 0), "?", "1"), []),  # no completions: not counted
+        ]
+    )
+    assert needs.need() == {"fractions/L1": (1 + 0.5 + 0 + 1) / 4, "calendar/L0": 0.0}
+    needs.observe([ours("fractions", "L1", [0.0, 1.0, 1.0])])  # the oldest (1) leaves the window
+    assert needs.need()["fractions/L1"] == (0.5 + 0 + 1 + 0.5) / 4
+    with pytest.raises(ValueError, match="window"):
+        TopicNeeds(window=0)

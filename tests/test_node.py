@@ -56,7 +56,7 @@ class SolvedGroups:
         self.published.append((round, len(groups)))
         self.receipts.append(list(receipts))
 
-    def gather(self, round, want, rng):
+    def gather(self, round, want, rng, need=None):
         out = []
         for q in self.tasks.sample_questions(round, want):
             texts = [f"Answer: {q.answer}", "Answer: 12345", "no idea", "Answer: -1"]
@@ -254,7 +254,7 @@ class RaisingSource(SolvedGroups):
             raise ValueError("publish broke")
         super().publish(round, groups, receipts)
 
-    def gather(self, round, want, rng):
+    def gather(self, round, want, rng, need=None):
         raise TypeError("cannot use a bytes pattern on a string-like object")
 
 
@@ -286,7 +286,7 @@ def test_stopping_still_stops_inside_a_gather(tmp_path, data_dir):
     cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 1})
 
     class StopInGather(SolvedGroups):
-        def gather(self, round, want, rng):
+        def gather(self, round, want, rng, need=None):
             raise Interrupted()
 
     node = Node(cfg, source=StopInGather(cfg.tasks))
@@ -511,3 +511,26 @@ def test_mixed_take_adopts_peers_questions_and_guides_where_we_fail(tmp_path, da
     node.close()
     assert node.source.receipts[-1] == [("peer-x", 1, 0), ("peer-x", 1, 1)]  # named in the next record
     assert m2["groups/trained"] == 2
+
+
+def test_the_gather_is_told_what_our_own_groups_lack(tmp_path, data_dir):
+    """swarm.choice = need: each gather gets, per topic (dataset and level), the need our own groups
+    so far give: random weights get every question wrong, so every topic we sampled weighs 1; the
+    questions adopted from peers count from the next round on."""
+
+    class Recording(SolvedGroups):
+        needs: list[dict] = []
+
+        def gather(self, round, want, rng, need=None):
+            self.needs.append(dict(need))
+            return super().gather(round, want, rng)
+
+    cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 1, "swarm.take": "mixed", "swarm.choice": "need"})
+    node = Node(cfg, source=Recording(cfg.tasks))
+    node.setup()
+    node.run_round()
+    node.run_round()
+    node.close()
+    first, second = Recording.needs
+    assert first and set(first.values()) == {1.0}
+    assert set(first) <= set(second) and set(second.values()) == {1.0}

@@ -204,3 +204,37 @@ def test_republishing_moves_the_latest_record_into_the_new_window_for_two_window
                 ks.record_key(w + later, a.node_id),
                 ks.index_key(w + later, ks.shard_of(a.node_id, w + later)),
             }
+
+
+def test_a_liar_on_the_topic_we_need_cannot_buy_the_round_with_need_choice(ids):
+    """swarm.choice = need, take = mixed: we fail topic toy/hard (need 1) and master toy/easy (need 0).
+    A liar offers groups on toy/hard whose "right" answers are wrong, an honest peer groups on
+    toy/easy. The need is ours, the rewards are our re-scoring: the liar's groups are flat wrong and
+    dropped before the choice, so the round takes the honest ones, however little we need them."""
+    from sapo_core.swarm.selection import NeedChoice
+
+    cfg = SwarmConfig(swarm_name="mem", shards=4, take="mixed", choice="need")
+    ks = KeySpace(cfg.swarm_name, cfg.window_seconds, cfg.shards)
+    table: dict = {}
+    clock = Clock()
+    liar, honest, reader = (
+        DhtRolloutSource(cfg, Toy(), who, MemoryDHT(ks, who, table), clock=clock, choice=NeedChoice()) for who in ids
+    )
+
+    def on(digest: str, i: int, texts: list[str]) -> Group:
+        q = Question(QuestionId("toy", digest, 1, i), f"What is {i} + 1?", str(i + 1))
+        return Group(q, [Completion(t, reward=1.0) for t in texts])  # a sender's rewards are never sent
+
+    liar.publish(4, [on("hard", i, ["Answer: 0", "Answer: -1"]) for i in range(6)])
+    honest.publish(4, [on("easy", i, [f"Answer: {i + 1}", "Answer: 0"]) for i in range(10, 12)])
+    got = reader.gather(5, 2, random.Random(0), {"toy/hard": 1.0, "toy/easy": 0.0})
+    assert sorted((g.source, g.question.id.topic()) for g in got) == [(honest.node_id, "toy/easy")] * 2
+    assert reader.stats()["swarm/rejected/zero_advantage"] == 6
+
+
+def test_the_choice_is_given_the_need_of_the_gather(ids):
+    choice = Recording()
+    (a, _), reader, _, _, _ = _swarm(ids, choice)
+    a.publish(1, groups(0, 2))
+    reader.gather(2, 1, random.Random(0), {"toy/d": 0.25})
+    assert choice.calls[-1][1] == Wanted(1, {"toy/d": 0.25})

@@ -16,6 +16,7 @@ from sapo_core.swarm.keys import KeySpace
 from sapo_core.swarm.records import IndexEntry, encode_index
 from sapo_core.swarm.selection import (
     IndexRead,
+    NeedChoice,
     PeerView,
     UniformChoice,
     Wanted,
@@ -313,3 +314,77 @@ def test_uniform_choice_is_uniform():
 def test_uniform_choice_refuses_a_share_outside_0_1():
     with pytest.raises(ValueError, match="per_peer_share"):
         UniformChoice(0.0)
+
+
+# --- the need-weighted choice (swarm.choice = need) -----------------------------------------------
+
+
+def on_topic(source: str, index: int, digest: str) -> Group:
+    """A verified group of `source` on question `index` of topic toy/<digest>."""
+    q = Question(QuestionId("toy", digest, 1, index), f"What is {index} + 1?", str(index + 1))
+    return Group(q, [Completion("a", reward=1.0), Completion("b", reward=0.0)], source=source, round=5, index=index)
+
+
+@pytest.mark.parametrize(
+    "need, first_share",
+    [
+        # J = 1 from one group of topic A and one of topic B: the first of a weighted order is A with
+        # probability w_A / (w_A + w_B)
+        ({"toy/A": 1.0, "toy/B": 0.0}, 1.0 / 1.05),  # B at the floor 0.05
+        ({"toy/A": 1.0}, 1.0 / 1.5),  # B unknown: 0.5
+        ({"toy/A": 0.25, "toy/B": 0.25}, 0.5),
+        ({}, 0.5),  # nothing known: both 0.5, the paper's uniform draw
+        ({"toy/A": 3.0, "toy/B": -1.0}, 1.0 / 1.05),  # out of range: 1 and the floor
+        ({"toy/A": float("nan"), "toy/B": 1.0}, 0.05 / 1.05),  # not a number: the floor
+    ],
+)
+def test_need_choice_draws_in_proportion_to_need_by_hand(need, first_share):
+    pool = [on_topic("p", 0, "A"), on_topic("q", 1, "B")]
+    n = 4000
+    got = Counter(
+        g.question.id.topic() for s in range(n) for g in NeedChoice()(pool, Wanted(1, need), random.Random(s))
+    )
+    # binomial sd at n = 4000 is at most 0.008: 4 sd
+    assert abs(got["toy/A"] / n - first_share) < 0.032, (got, first_share)
+
+
+def test_need_choice_takes_a_question_once_and_caps_a_peer():
+    # p and q answered question 0 (topic A, needed), p also 1-5, r offers 9 (topic B, mastered)
+    pool = [on_topic("p", i, "A") for i in range(6)] + [on_topic("q", 0, "A"), on_topic("r", 9, "B")]
+    need = {"toy/A": 1.0, "toy/B": 0.0}
+    for seed in range(200):
+        got = NeedChoice()(pool, Wanted(4, need), random.Random(seed))
+        keys = [g.question.id.key() for g in got]
+        assert len(got) == 4 and len(set(keys)) == 4  # question 0 once, whoever answered it
+        # ceil(4 / 2) = 2 from p while q or r have groups: p takes at most 3 of the 4 once the others
+        # are in the order; q's question 0 and r's 9 each fit under the cap
+        assert Counter(g.source for g in got)["p"] <= 3
+    # fewer distinct questions than asked: each once
+    assert len(NeedChoice()([on_topic("p", 0, "A"), on_topic("q", 0, "A")], Wanted(2, need), random.Random(0))) == 1
+
+
+def test_need_choice_mostly_leaves_a_peer_flooding_a_topic_we_master():
+    # a peer floods 20 groups on a topic our own groups always get right (weight: the floor 0.05);
+    # two honest peers offer one group each on a topic we fail (weight 1). J = 2, at most 1 a peer
+    # while others have groups, so a round holds at least one honest group either way, and both
+    # honest ones only where they head the order: weighted, 2/3 x 1/2 = 1/3, so the honest share of
+    # the slots is (1 + 1/3) / 2 = 2/3; uniformly, 2/22 x 1/21, a share of 0.502
+    pool = [on_topic("flood", i, "B") for i in range(20)] + [on_topic("h1", 100, "A"), on_topic("h2", 101, "A")]
+    need = {"toy/A": 1.0, "toy/B": 0.0}
+    n = 1500
+
+    def honest_share(choice) -> float:
+        return sum(g.source != "flood" for s in range(n) for g in choice(pool, Wanted(2, need), random.Random(s))) / (
+            2 * n
+        )
+
+    # the share's sd over n rounds: sqrt(1/3 x 2/3 / n) / 2 = 0.006
+    assert abs(honest_share(NeedChoice()) - 2 / 3) < 0.025
+    assert abs(honest_share(UniformChoice()) - (1 + 2 / 22 / 21) / 2) < 0.025
+
+
+def test_need_choice_refuses_bad_weights():
+    with pytest.raises(ValueError, match="per_peer_share"):
+        NeedChoice(per_peer_share=0.0)
+    with pytest.raises(ValueError, match="floor"):
+        NeedChoice(floor=0.6, unknown=0.5)

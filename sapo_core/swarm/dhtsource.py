@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,15 +174,16 @@ class DhtRolloutSource:
         f["bytes_out"] += sum(len(payload) for _, payload, _ in items)
         f["publish_s"] += time.perf_counter() - started
 
-    def gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
-        """Never raises for anything peers send (docs/swarm.md, 'Hostile peers'): a failure
+    def gather(self, round: int, want: int, rng: random.Random, need: Mapping[str, float] | None = None) -> list[Group]:
+        """`need`: topic -> what our own groups lack there, for the choice (`Wanted.need`).
+        Never raises for anything peers send (docs/swarm.md, 'Hostile peers'): a failure
         inside is counted as `swarm/gather_errors`, logged, and costs this round its external
         groups."""
         self._begin(round)
         if want <= 0:
             return []
         try:
-            return self._gather(round, want, rng)
+            return self._gather(round, Wanted(want, dict(need or {})), rng)
         except Interrupted:
             raise
         except Exception as e:
@@ -190,7 +191,7 @@ class DhtRolloutSource:
             log.error(f"swarm: gather failed, training on local groups only: {type(e).__name__}: {e}")
             return []
 
-    def _gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
+    def _gather(self, round: int, wanted: Wanted, rng: random.Random) -> list[Group]:
         """The gather's steps (module docstring); the rules are selection.py's and judge.py's."""
         started = time.perf_counter()
         deadline = started + self.cfg.gather_timeout
@@ -206,7 +207,7 @@ class DhtRolloutSource:
         f["verify_s"] += time.perf_counter() - verify_started
         fresh = unused_groups(pool, self._used)
         f["reuse_avoided"] += len(pool) - len(fresh)
-        out = self.choice(fresh, Wanted(want), rng)
+        out = self.choice(fresh, wanted, rng)
         for g in out:  # each (peer, round, group) is returned once, ever: never trained twice
             self._used.setdefault((g.source, g.round), set()).add(g.index)
             self._used.move_to_end((g.source, g.round))

@@ -17,7 +17,9 @@ against the real one.
 3. `unused_groups`: each (peer, round, group) is trained on once, ever.
 4. A `GroupChoice` takes the round's groups from the verified candidates. `UniformChoice` is
    the paper's: J uniformly, at most ceil(J/2) from one peer while others have groups left
-   (`sample_groups`). Another rule is another `GroupChoice`, given to `open_swarm`; what it
+   (`sample_groups`). `NeedChoice` (swarm.choice = need) draws them in proportion to what our
+   own groups lack on each candidate's dataset and level (`Wanted.need`, from adopt.TopicNeeds),
+   with the same cap. Another rule is another `GroupChoice`, given to `open_swarm`; what it
    needs to know about the round goes into `Wanted`.
 """
 
@@ -234,6 +236,9 @@ class Wanted:
     about the round (our own groups, say) takes it from a new field here."""
 
     groups: int  # J: peers' groups this round trains on
+    # topic (QuestionId.topic: dataset and level) -> how much a peer's right answer there would teach
+    # us, from our own recent groups (adopt.TopicNeeds); read by NeedChoice, empty when unknown
+    need: Mapping[str, float] = field(default_factory=dict)
 
 
 class GroupChoice(Protocol):
@@ -259,13 +264,58 @@ class UniformChoice:
         return sample_groups(candidates, wanted.groups, rng, per_peer=per_peer)
 
 
+@dataclass(frozen=True)
+class NeedChoice:
+    """Success-gated sharing that prefers what we lack (issue 36): J groups drawn without
+    replacement with probability in proportion to `wanted.need` of their topic (`unknown` for a
+    topic we have no groups of lately; every weight at least `floor`, so nothing is shut out),
+    one group per question, at most ceil(J × `per_peer_share`) from one peer while others have
+    groups left. The candidates are verified and re-scored by us already, so under swarm.take =
+    mixed each holds a right answer; the need comes from our own groups only, never from what a
+    peer says, so a peer can at most offer groups on the topics we need (and is capped)."""
+
+    per_peer_share: float = 0.5
+    unknown: float = 0.5
+    floor: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0 < self.per_peer_share <= 1:
+            raise ValueError(f"per_peer_share must be in (0, 1], not {self.per_peer_share}")
+        if not 0 < self.floor <= self.unknown <= 1:
+            raise ValueError(f"need weights must satisfy 0 < floor <= unknown <= 1, not {self.floor}, {self.unknown}")
+
+    def weight(self, group: Group, need: Mapping[str, float]) -> float:
+        w = need.get(group.question.id.topic(), self.unknown)
+        return min(1.0, max(self.floor, w)) if math.isfinite(w) else self.floor
+
+    def __call__(self, candidates: Sequence[Group], wanted: Wanted, rng: random.Random) -> list[Group]:
+        want = min(max(wanted.groups, 0), len(candidates))
+        per_peer = max(1, math.ceil(wanted.groups * self.per_peer_share))
+        # a weighted order without replacement (Efraimidis and Spirakis: key u ** (1 / w), largest first)
+        keys = [rng.random() ** (1.0 / self.weight(g, wanted.need)) for g in candidates]
+        ranked = sorted(range(len(candidates)), key=lambda i: keys[i], reverse=True)
+        seen: set[str] = set()
+        distinct = []
+        for i in ranked:  # one group per question: a question adopted twice teaches once
+            key = candidates[i].question.id.key()
+            if key not in seen:
+                seen.add(key)
+                distinct.append(candidates[i])
+        return _capped(distinct, min(want, len(distinct)), per_peer)
+
+
 def sample_groups(pool: Sequence[Group], want: int, rng: random.Random, per_peer: int | None = None) -> list[Group]:
     """J groups uniformly without replacement from the verified pool (all of it if smaller),
     no peer supplying more than `per_peer` of them (default ceil(J/2)) while groups of other
     peers are left; only then does the rest of one peer's groups fill the remaining slots."""
     want = min(max(want, 0), len(pool))
     cap = per_peer if per_peer is not None else max(1, math.ceil(want / 2))
-    order = rng.sample(list(pool), len(pool))
+    return _capped(rng.sample(list(pool), len(pool)), want, cap)
+
+
+def _capped(order: Sequence[Group], want: int, cap: int) -> list[Group]:
+    """The first `want` groups of `order`, no peer supplying more than `cap` while groups of
+    other peers are left; then the rest of the order fills the remaining slots."""
     taken: Counter = Counter()
     out: list[Group] = []
     rest: list[Group] = []

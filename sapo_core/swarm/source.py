@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -33,9 +33,10 @@ class RolloutSource(Protocol):
         """Share our scored local groups of this round, and the receipts of the external
         groups we trained on last round ((peer id, peer's round, group index) each)."""
 
-    def gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
+    def gather(self, round: int, want: int, rng: random.Random, need: Mapping[str, float] | None = None) -> list[Group]:
         """Up to `want` peers' groups never returned before: verified, re-scored by us,
-        zero-advantage dropped, sampled uniformly; `source` is the peer id, `round`/`index`
+        zero-advantage dropped, chosen by the source's `GroupChoice` (uniformly, or by `need`:
+        topic -> what our own groups lack there, selection.NeedChoice); `source` is the peer id, `round`/`index`
         name the group; `token_ids` are our tokenizer's ids of exactly the scored text when the
         source has our tokenizer (else None: the node re-tokenises)."""
 
@@ -65,7 +66,7 @@ class NoSwarm:
     def publish(self, round: int, groups: Sequence[Group], receipts: Sequence[Receipt] = ()) -> None:
         return None
 
-    def gather(self, round: int, want: int, rng: random.Random) -> list[Group]:
+    def gather(self, round: int, want: int, rng: random.Random, need: Mapping[str, float] | None = None) -> list[Group]:
         return []
 
     def receipts_for_us(self) -> list[tuple[str, int, int]]:
