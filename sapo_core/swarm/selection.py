@@ -289,7 +289,6 @@ class NeedChoice:
         return min(1.0, max(self.floor, w)) if math.isfinite(w) else self.floor
 
     def __call__(self, candidates: Sequence[Group], wanted: Wanted, rng: random.Random) -> list[Group]:
-        want = min(max(wanted.groups, 0), len(candidates))
         per_peer = max(1, math.ceil(wanted.groups * self.per_peer_share))
         # a weighted order without replacement (Efraimidis and Spirakis: key u ** (1 / w), largest first)
         keys = [rng.random() ** (1.0 / self.weight(g, wanted.need)) for g in candidates]
@@ -301,7 +300,7 @@ class NeedChoice:
             if key not in seen:
                 seen.add(key)
                 distinct.append(candidates[i])
-        return _capped(distinct, min(want, len(distinct)), per_peer)
+        return _capped(distinct, min(max(wanted.groups, 0), len(distinct)), per_peer)
 
 
 def sample_groups(pool: Sequence[Group], want: int, rng: random.Random, per_peer: int | None = None) -> list[Group]:
