@@ -50,7 +50,7 @@ class Measured:
             verdict = "a gain" if self.seeds >= self.DECIDES else "a lead; too few seeds to decide"
         return (
             f"{self.mean:+.2f} after {self.rounds} rounds ({self.seeds} seeds, 95 % interval "
-            f"{self.lo:+.2f}..{self.hi:+.2f}: {verdict}), and {self.hourly_words()}"
+            f"{self.lo:+.2f}..{self.hi:+.2f}: {verdict}); {self.hourly_words()}"
         )
 
     def hourly_words(self) -> str:
@@ -63,16 +63,19 @@ class Measured:
             verdict = "more than alone"
         else:
             verdict = "no difference shown"
-        return f"per hour of computing {m:+.2f} ({lo:+.2f}..{hi:+.2f}: {verdict})"
+        return f"per computing hour {m:+.2f} ({lo:+.2f}..{hi:+.2f}: {verdict})"
 
 
 SYMMETRIC = Measured("sharing-8n-*.csv", "2/0", "1/1", 100, 5, 0.007, -0.037, 0.050, (-0.330, -0.643, -0.017))
 NEWCOMER = Measured("newcomer-*.csv", "alone", "mixed", 30, 6, 0.013, -0.042, 0.069, (-0.193, -0.982, 0.595))
+MIXED4 = Measured(
+    "arms-ij4-2026-11-28-seed*.csv", "4/0", "2/2-mixed", 25, 8, 0.029, 0.007, 0.051, (-0.129, -0.934, 0.677)
+)
 SHARING_MEASURED = (
     "<b>What sharing gave, measured</b> (held-out questions solved against training alone, in this "
-    f"project's lab): eight new computers sharing as the paper does, {SYMMETRIC.words()}; a new computer "
-    "among trained ones that adopts their questions and learns from their right answers "
-    f"(setting swarm.take = mixed; the default is the paper's), {NEWCOMER.words()}."
+    f"project's lab): 8 new computers sharing as the paper does, {SYMMETRIC.words()}; a newcomer among "
+    "trained computers that adopts their questions and right answers (swarm.take = mixed, not the "
+    f"default), {NEWCOMER.words()}; 4 new computers doing so, {MIXED4.words()}."
 )
 
 

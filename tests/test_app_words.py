@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from app.setup_choices import NEWCOMER, SHARING_MEASURED, SYMMETRIC, Measured
+from app.setup_choices import MIXED4, NEWCOMER, SHARING_MEASURED, SYMMETRIC, Measured
 from sapo_core.experiment_files import read_rows
 from sapo_core.experiment_report import difference, hourly_difference
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
-@pytest.mark.parametrize("m", [SYMMETRIC, NEWCOMER], ids=["symmetric", "newcomer"])
+@pytest.mark.parametrize("m", [SYMMETRIC, NEWCOMER, MIXED4], ids=["symmetric", "newcomer", "mixed-4-nodes"])
 def test_each_quoted_figure_is_what_the_committed_csvs_say(m: Measured):
     files = sorted(str(p) for p in RESULTS.glob(m.files))
     assert files, f"no docs/results/{m.files}"
@@ -32,17 +32,17 @@ def test_each_quoted_figure_is_what_the_committed_csvs_say(m: Measured):
 def test_the_words_call_a_gain_only_an_interval_above_zero_over_six_seeds():
     quiet = Measured("x", "a", "b", 100, 5, 0.007, -0.037, 0.050, (-0.33, -0.64, -0.02))
     assert quiet.words() == (
-        "+0.01 after 100 rounds (5 seeds, 95 % interval -0.04..+0.05: no gain shown), and "
-        "per hour of computing -0.33 (-0.64..-0.02: less than alone)"
+        "+0.01 after 100 rounds (5 seeds, 95 % interval -0.04..+0.05: no gain shown); "
+        "per computing hour -0.33 (-0.64..-0.02: less than alone)"
     )
     even = (0.1, -0.2, 0.4)
-    assert ": a gain), and " in Measured("x", "a", "b", 30, 6, 0.031, 0.004, 0.058, even).words()
+    assert ": a gain); " in Measured("x", "a", "b", 30, 6, 0.031, 0.004, 0.058, even).words()
     few = Measured("x", "a", "b", 30, 2, 0.029, 0.012, 0.045, (0.5, 0.1, 0.9))
-    assert ": a lead; too few seeds to decide), and " in few.words()
+    assert ": a lead; too few seeds to decide); " in few.words()
     assert few.hourly_words().endswith("(+0.10..+0.90: no difference shown)")  # 2 seeds: no claim of more
     assert Measured("x", "a", "b", 30, 6, 0, 0, 0, (0.5, 0.1, 0.9)).hourly_words().endswith(": more than alone)")
     assert Measured("x", "a", "b", 30, 6, 0, 0, 0, even).hourly_words().endswith(": no difference shown)")
-    assert SYMMETRIC.words() in SHARING_MEASURED and NEWCOMER.words() in SHARING_MEASURED
+    assert all(m.words() in SHARING_MEASURED for m in (SYMMETRIC, NEWCOMER, MIXED4))
 
 
 @pytest.mark.gui
