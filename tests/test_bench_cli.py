@@ -136,7 +136,8 @@ RUNS = [
     ),
     pytest.param(
         ["generation", "--questions", "1", "--group-size", "2", "--max-new-tokens", "8", "--threads", "1"],
-        rf"^generation: ours {NUM} tok/s, rl-swarm way {NUM} tok/s, HF batched {NUM} tok/s, ratio {NUM}$",
+        rf"^generation: ours {NUM} tok/s, rl-swarm way {NUM} tok/s, HF batched {NUM} tok/s, ratio {NUM}; "
+        rf"LoRA merged {NUM} tok/s vs wrapped {NUM} tok/s \({NUM}x\), cpu$",
         marks=pytest.mark.slow,
         id="generation",
     ),

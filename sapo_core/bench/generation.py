@@ -6,7 +6,11 @@ de-quantizes it to float32, llama.cpp samples it at `--quantization`), the same 
 
 1. the rl-swarm way: `model.generate` for one sequence, called G times per question;
 2. HF batched: the project's transformers backend (all prompts x G in one `generate`);
-3. ours: `LlamaCppSampler` (all sequences of all questions in one llama.cpp batch).
+3. ours: `LlamaCppSampler` (all sequences of all questions in one llama.cpp batch);
+4. the transformers backend on a LoRA policy as a node trains it (its B matrices moved off
+   zero), decoding through peft's LoRA layers ("wrapped") and from the merged copy the backend
+   keeps on a GPU ("merged"), on `--device` (cuda: where llama.cpp has no GPU backend, the
+   node's GPU sampler; `--skip-llamacpp` there).
 
 Tokens are the completion tokens up to (not including) the end-of-sequence token. Also
 reported: the process boundary's cost (one request round trip x decode steps, against the
@@ -16,7 +20,8 @@ The defaults are one round of a node: I questions x G completions, the node's pr
 limits. The untrained model answers the one-shot prompt in a handful of tokens, so per-call
 costs (prompt prefill, one `generate` per completion) weigh more than per-token ones;
 `--prompt plain` gets answers ten times longer, the regime of most RL rollouts. Ends with
-`generation: ours N tok/s, rl-swarm way M tok/s, HF batched K tok/s, ratio R`.
+`generation: ours N tok/s, rl-swarm way M tok/s, HF batched K tok/s, ratio R; LoRA merged X tok/s
+vs wrapped Y tok/s (Z x), DEVICE`.
 """
 
 from __future__ import annotations
@@ -62,6 +67,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="weights llama.cpp samples from (sampler.quantization; default: the node's)",
     )
     parser.add_argument("--skip-rl-swarm", action="store_true", help="skip the slowest way (no ratio then)")
+    parser.add_argument("--skip-llamacpp", action="store_true", help="skip ours (a machine without llama.cpp)")
+    parser.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="where the transformers rows decode (default cpu)"
+    )
     parser.add_argument(
         "--prompt",
         default=TaskConfig().prompt,
@@ -87,7 +96,7 @@ def _rl_swarm_way(policy, prompts: list[list[int]], g: int, max_new: int, temper
     tokens, t0 = 0, time.perf_counter()
     with torch.inference_mode():
         for qi, prompt in enumerate(prompts):
-            ids = torch.tensor([prompt])
+            ids = torch.tensor([prompt], device=policy.model.device)
             for j in range(g):
                 torch.manual_seed(sequence_seed(qi, j))
                 out = policy.model.generate(
@@ -118,10 +127,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from sapo_core import paths
-    from sapo_core.config import ModelConfig, SamplerConfig
+    from sapo_core.config import ModelConfig
     from sapo_core.policy import load_policy
-    from sapo_core.sampler.guard import measure_round_trip
-    from sapo_core.sampler.llamacpp import LlamaCppSampler, logprob_drift, physical_cores, trainer_logprobs
+    from sapo_core.sampler.llamacpp import physical_cores
     from sapo_core.sampler.transformers import TransformersSampler
     from sapo_core.tasks import TaskSet
 
@@ -145,13 +153,36 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
 
+    rows: dict[str, tuple[int, float]] = {}
+    rtt, steps, drift = 0.0, 0, float("nan")
+    if not args.skip_llamacpp:
+        rtt, steps, drift = _ours(args, policy, prompts, seeds, params, threads, cache, rows)
+    policy.model.to(args.device)
+    _, n, dt = _timed_sample(TransformersSampler(policy), prompts, seeds, params)
+    rows["HF batched generate"] = (n, dt)
+    print(f"HF batched: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s", flush=True)
+    if not args.skip_rl_swarm:
+        n, dt = _rl_swarm_way(policy, prompts, params.n, params.max_new_tokens, params.temperature)
+        rows["rl-swarm way (generate x G)"] = (n, dt)
+        print(f"rl-swarm way: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s", flush=True)
+
+    _lora_rows(args, gguf, cache, prompts, seeds, params, rows)
+    _report(rows, rtt, steps, drift, args.device)
+    return 0
+
+
+def _ours(args, policy, prompts, seeds, params, threads, cache, rows) -> tuple[float, int, float]:
+    """Our llama.cpp sampler's row; (round trip seconds, decode steps, log-prob drift)."""
+    from sapo_core.config import SamplerConfig
+    from sapo_core.sampler.guard import measure_round_trip
+    from sapo_core.sampler.llamacpp import LlamaCppSampler, logprob_drift, trainer_logprobs
+
     t0 = time.perf_counter()
     sampler = LlamaCppSampler.create(policy, SamplerConfig(quantization=args.quantization, threads=threads), cache)
     print(
         f"llama.cpp sampler ready in {time.perf_counter() - t0:.1f}s: {Path(sampler.info['model_path']).name}",
         flush=True,
     )
-    rows: dict[str, tuple[int, float]] = {}
     try:
         sampler.sample(prompts[:1], [99], SamplingParams(n=2, max_new_tokens=4), NullHooks())  # warm-up
         steps_before, prefill_before = sampler.stats["steps"], sampler.stats["prefill_seconds"]
@@ -176,35 +207,55 @@ def run(args: argparse.Namespace) -> int:
     finally:
         sampler.close()
 
-    _, n, dt = _timed_sample(TransformersSampler(policy), prompts, seeds, params)
-    rows["HF batched generate"] = (n, dt)
-    print(f"HF batched: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s", flush=True)
-    if not args.skip_rl_swarm:
-        n, dt = _rl_swarm_way(policy, prompts, params.n, params.max_new_tokens, params.temperature)
-        rows["rl-swarm way (generate x G)"] = (n, dt)
-        print(f"rl-swarm way: {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s", flush=True)
-
-    _report(rows, rtt, steps, drift)
-    return 0
+    return rtt, steps, drift
 
 
-def _report(rows: dict[str, tuple[int, float]], rtt: float, steps: int, drift: float) -> None:
+def _lora_rows(args, gguf: Path, cache: Path, prompts, seeds, params, rows) -> None:
+    """The transformers backend on a LoRA policy: through peft's layers, and merged."""
+    import torch
+
+    from sapo_core.config import ModelConfig
+    from sapo_core.policy import load_policy
+    from sapo_core.sampler.transformers import TransformersSampler
+
+    policy = load_policy(ModelConfig(name=gguf.stem), gguf, cache / "hf")
+    with torch.no_grad():  # a trained adapter: B off zero, or the LoRA layers would add nothing
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 1e-3, generator=torch.Generator().manual_seed(0))
+    policy.model.to(args.device)
+    for label, merge in (("LoRA wrapped", False), ("LoRA merged", True)):
+        sampler = TransformersSampler(policy, merge=merge)
+        sampler.sample(prompts[:1], [99], SamplingParams(n=2, max_new_tokens=4), NullHooks())  # warm-up
+        _, n, dt = _timed_sample(sampler, prompts, seeds, params)
+        rows[label] = (n, dt)
+        print(f"{label} ({args.device}): {n} tokens in {dt:.1f}s = {n / dt:.0f} tok/s", flush=True)
+        sampler.close()
+
+
+def _report(rows: dict[str, tuple[int, float]], rtt: float, steps: int, drift: float, device: str) -> None:
     """The table of (tokens, seconds) per way, the process boundary's share, the drift, and the
     summary line."""
     print()
     print(f"{'method':32s} {'tokens':>7s} {'seconds':>8s} {'tok/s':>7s}")
     for name, (n, dt) in rows.items():
         print(f"{name:32s} {n:7d} {dt:8.1f} {n / dt:7.1f}")
-    ours_dt = rows["ours (llama.cpp, batched)"][1]
-    print(
-        f"process boundary: {rtt * 1e6:.0f} us per request x {steps} decode steps = "
-        f"{100 * rtt * steps / ours_dt:.2f}% of our sampling time"
-    )
-    print(f"log-prob drift of our samples against transformers: {drift:.4f} nats/token")
-    tps = {k: n / dt for k, (n, dt) in rows.items()}
-    ours = tps["ours (llama.cpp, batched)"]
+    tps = {k: n / max(dt, 1e-9) for k, (n, dt) in rows.items()}
+    ours = tps.get("ours (llama.cpp, batched)")
+    if ours:
+        ours_dt = rows["ours (llama.cpp, batched)"][1]
+        print(
+            f"process boundary: {rtt * 1e6:.0f} us per request x {steps} decode steps = "
+            f"{100 * rtt * steps / ours_dt:.2f}% of our sampling time"
+        )
+        print(f"log-prob drift of our samples against transformers: {drift:.4f} nats/token")
     rl = tps.get("rl-swarm way (generate x G)")
     hf = tps["HF batched generate"]
+    merged, wrapped = tps["LoRA merged"], tps["LoRA wrapped"]
+    ours_text = f"{ours:.0f}" if ours else "skipped"
     rl_text = f"{rl:.0f}" if rl else "skipped"
-    ratio = f"{ours / rl:.1f}" if rl else "n/a"
-    print(f"generation: ours {ours:.0f} tok/s, rl-swarm way {rl_text} tok/s, HF batched {hf:.0f} tok/s, ratio {ratio}")
+    ratio = f"{ours / rl:.1f}" if ours and rl else "n/a"
+    print(
+        f"generation: ours {ours_text} tok/s, rl-swarm way {rl_text} tok/s, HF batched {hf:.0f} tok/s, ratio {ratio}; "
+        f"LoRA merged {merged:.0f} tok/s vs wrapped {wrapped:.0f} tok/s ({merged / wrapped:.2f}x), {device}"
+    )
