@@ -228,6 +228,22 @@ def make_run(run_dir: Path, eval_figures: bool = True) -> None:
     store.close()
 
 
+def tiny_random_policy(seed: int = 0, cache_dir: Path | None = None):
+    """The tiny-random model with a LoRA adapter and the embedded model's real tokenizer, loaded as
+    the node loads a policy (`cache_dir`: where the tokenizer is cached; default the node's)."""
+    from sapo_core import modelfiles, paths
+    from sapo_core.config import ModelConfig
+    from sapo_core.policy import load_policy
+
+    return load_policy(
+        ModelConfig(name="tiny-random"),
+        None,
+        cache_dir or paths.cache_dir() / "hf",
+        seed=seed,
+        tokenizer_gguf=modelfiles.embedded_gguf_path(),
+    )
+
+
 def small_policy(seed=0, vocab=97):
     """A real transformers LlamaForCausalLM with a peft LoRA adapter, only small; the tokenizer
     is reduced to the one attribute the trainer reads (pad_token_id)."""

@@ -6,19 +6,14 @@ import pytest
 
 from sapo_core.batch import BatchRules, training_batch
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
+from tests.helpers import tiny_random_policy
 
 Q = Question(QuestionId("basic_arithmetic", "d", 0, 0), "Calculate 2 + 2.", "4")
 
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    from sapo_core.config import ModelConfig
-    from sapo_core.modelfiles import embedded_gguf_path
-    from sapo_core.policy import load_policy
-
-    return load_policy(
-        ModelConfig(name="tiny-random"), None, tmp_path_factory.mktemp("hf"), tokenizer_gguf=embedded_gguf_path()
-    )
+    return tiny_random_policy(cache_dir=tmp_path_factory.mktemp("hf"))
 
 
 def ours(rewards, finished=True):

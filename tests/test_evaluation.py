@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from sapo_core.config import DEFAULT_TASK_WEIGHTS, PAPER_SPECIALTIES, ModelConfig, TaskConfig
+from sapo_core.config import DEFAULT_TASK_WEIGHTS, PAPER_SPECIALTIES, TaskConfig
 from sapo_core.evalbase import base_weights, load_cached
 from sapo_core.evaluation import (
     EVAL_SEED,
@@ -28,6 +28,7 @@ from sapo_core.evaluation import (
 )
 from sapo_core.evaluator import Evaluator
 from sapo_core.tasks import LEVELS, MAX_INDEX, MAX_SEED, TaskSet, _generate
+from tests.helpers import tiny_random_policy
 
 DEFAULT = tuple(DEFAULT_TASK_WEIGHTS)
 
@@ -122,17 +123,9 @@ def test_summarize_names_the_figures_as_the_interface_says():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from sapo_core import modelfiles, paths
-    from sapo_core.policy import load_policy
     from sapo_core.sampler.transformers import TransformersSampler
 
-    policy = load_policy(
-        ModelConfig(name="tiny-random"),
-        None,
-        paths.cache_dir() / "hf",
-        seed=1,
-        tokenizer_gguf=modelfiles.embedded_gguf_path(),
-    )
+    policy = tiny_random_policy(seed=1)
     return policy, TransformersSampler(policy)
 
 

@@ -5,23 +5,14 @@ and a swap of the policy's model; on the CPU it is off unless asked for."""
 import pytest
 import torch
 
-from sapo_core.config import ModelConfig
 from sapo_core.hooks import NullHooks
 from sapo_core.sampler.base import SamplingParams
+from tests.helpers import tiny_random_policy
 
 
 @pytest.fixture()
 def policy():
-    from sapo_core import modelfiles, paths
-    from sapo_core.policy import load_policy
-
-    p = load_policy(
-        ModelConfig(name="tiny-random"),
-        None,
-        paths.cache_dir() / "hf",
-        seed=3,
-        tokenizer_gguf=modelfiles.embedded_gguf_path(),
-    )
+    p = tiny_random_policy(seed=3)
     _perturb(p, 0)
     return p
 

@@ -101,19 +101,19 @@ class TransformersSampler:
         self.merge = on_gpu if merge is None else merge
         self._merged: Any = None  # the plain model the LoRA was folded into
         self._merged_pairs: list[tuple[Any, Any]] = []  # (LoRA layer, its merged Linear)
-        self._merged_key: tuple[int, int] | None = None  # (id of the policy's model, its version)
+        self._merged_for: tuple[Any, int] | None = None  # (the policy's model, its version) folded in
 
     def decoding_model(self) -> Any:
         """The model `generate` runs: the policy's own, or its merged copy brought up to date."""
         model = self.policy.model
         if not (self.merge and self.policy.lora):
             return model
-        key = (id(model), self.policy.version)
-        if self._merged_key == key:
-            return self._merged
-        if self._merged_key is None or self._merged_key[0] != key[0]:
+        if self._merged_for is not None and self._merged_for[0] is model:
+            if self._merged_for[1] == self.policy.version:
+                return self._merged
+        else:  # the first call, or another model object behind the policy: a copy of that one
             self._merged, self._merged_pairs = None, []  # drop the old copy before making one
-            self._merged, self._merged_pairs = _merged_copy(model)
+            self._merged, self._merged_pairs = _plain_copy(model)
         with torch.no_grad():
             for layer, linear in self._merged_pairs:
                 weight = layer.base_layer.weight
@@ -121,7 +121,7 @@ class TransformersSampler:
                     if name in layer.lora_A:
                         weight = weight + layer.get_delta_weight(name)
                 linear.weight.copy_(weight)
-        self._merged_key = key
+        self._merged_for = (model, self.policy.version)
         return self._merged
 
     def sample(
@@ -203,13 +203,14 @@ class TransformersSampler:
             torch.set_num_threads(n)
 
     def close(self) -> None:
-        self._merged, self._merged_pairs, self._merged_key = None, [], None
+        self._merged, self._merged_pairs, self._merged_for = None, [], None
 
 
-def _merged_copy(peft_model: Any) -> tuple[Any, list[tuple[Any, Any]]]:
-    """A plain copy of a peft model with its LoRA folded in, and each LoRA layer of the original
-    paired with the copy's Linear it folds into (same module path without peft's prefix)."""
-    merged = copy.deepcopy(peft_model).merge_and_unload()
+def _plain_copy(peft_model: Any) -> tuple[Any, list[tuple[Any, Any]]]:
+    """A plain copy of a peft model without its LoRA layers (`decoding_model` folds the LoRA in),
+    and each LoRA layer of the original paired with the copy's Linear it folds into (the same
+    module path without peft's prefix)."""
+    merged = copy.deepcopy(peft_model).unload()
     merged.eval()
     for p in merged.parameters():
         p.requires_grad_(False)
