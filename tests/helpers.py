@@ -244,16 +244,14 @@ def tiny_random_policy(seed: int = 0, cache_dir: Path | None = None):
     )
 
 
-def small_policy(seed=0, vocab=97):
-    """A real transformers LlamaForCausalLM with a peft LoRA adapter, only small; the tokenizer
-    is reduced to the one attribute the trainer reads (pad_token_id)."""
-    from types import SimpleNamespace
-
+def tiny_llama(
+    seed=0, vocab=97, lora_modules=("q_proj", "v_proj"), init_lora_weights=False, use_rslora=False, **config
+):
+    """A real transformers Llama, 2 layers of width 32, drawn from `seed`; with a peft LoRA adapter
+    (r 4, alpha 8) on `lora_modules` unless that is empty. `config` overrides LlamaConfig's fields."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from sapo_core.policy import Policy
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
@@ -264,13 +262,30 @@ def small_policy(seed=0, vocab=97):
         num_attention_heads=4,
         num_key_value_heads=2,
         tie_word_embeddings=True,
+        **config,
     )
-    model = get_peft_model(
-        LlamaForCausalLM(cfg),
-        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    model = LlamaForCausalLM(cfg)
+    if not lora_modules:
+        return model
+    lora = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules=list(lora_modules),
+        init_lora_weights=init_lora_weights,
+        use_rslora=use_rslora,
     )
+    return get_peft_model(model, lora)
+
+
+def small_policy(seed=0, vocab=97):
+    """A real transformers LlamaForCausalLM with a peft LoRA adapter, only small; the tokenizer
+    is reduced to the one attribute the trainer reads (pad_token_id)."""
+    from types import SimpleNamespace
+
+    from sapo_core.policy import Policy
+
     return Policy(
-        model=model,
+        model=tiny_llama(seed, vocab),
         tokenizer=SimpleNamespace(pad_token_id=0),
         model_id="small",
         gguf_path=None,

