@@ -244,6 +244,9 @@ def tiny_random_policy(seed: int = 0, cache_dir: Path | None = None):
     )
 
 
+ATTENTION_AND_DOWN = ("q_proj", "k_proj", "v_proj", "o_proj", "down_proj")  # LoRA on both kinds of Linear
+
+
 def tiny_llama(
     seed=0, vocab=97, lora_modules=("q_proj", "v_proj"), init_lora_weights=False, use_rslora=False, **config
 ):

@@ -6,7 +6,8 @@ import pytest
 
 from sapo_core.batch import BatchRules, training_batch
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
-from tests.helpers import tiny_random_policy
+
+from helpers import tiny_random_policy
 
 Q = Question(QuestionId("basic_arithmetic", "d", 0, 0), "Calculate 2 + 2.", "4")
 

@@ -28,7 +28,8 @@ from sapo_core.evaluation import (
 )
 from sapo_core.evaluator import Evaluator
 from sapo_core.tasks import LEVELS, MAX_INDEX, MAX_SEED, TaskSet, _generate
-from tests.helpers import tiny_random_policy
+
+from helpers import tiny_random_policy
 
 DEFAULT = tuple(DEFAULT_TASK_WEIGHTS)
 

@@ -20,16 +20,13 @@ from sapo_core.modelfiles import embedded_gguf_path
 from sapo_core.sampler import lora_gguf
 from sapo_core.sampler.lora_gguf import ExportError
 
-from helpers import tiny_llama
+from helpers import ATTENTION_AND_DOWN, tiny_llama
 
 EMBEDDED_VOCAB = 49152
 
 
-FIVE = ("q_proj", "k_proj", "v_proj", "o_proj", "down_proj")
-
-
 def small_model(lora: bool = True, seed: int = 0, vocab: int = EMBEDDED_VOCAB, use_rslora: bool = False):
-    modules = FIVE if lora else ()
+    modules = ATTENTION_AND_DOWN if lora else ()
     return tiny_llama(seed, vocab, modules, use_rslora=use_rslora, max_position_embeddings=512)
 
 

@@ -38,7 +38,8 @@ from sapo_core.swarm.validation import ReasonCounter, SwarmSchemaValidator
 from sapo_core.swarm.verify import JUNK_REASONS, CompletionCutter, VerifyLimits, verify_record
 from sapo_core.tasks import TaskSet
 from sapo_core.trainer import Trainer, TrainSequence, tis_weights
-from tests.helpers import small_policy
+
+from helpers import small_policy
 
 PEER = "QmPeer"
 NAN = float("nan")

@@ -27,14 +27,14 @@ from sapo_core.sampler.base import SamplerError, SamplingParams
 from sapo_core.sampler.guard import describe_exit
 from sapo_core.sampler.llamacpp import LlamaCppSampler, llamacpp_available, logprob_drift, trainer_logprobs
 
-from helpers import tiny_llama
+from helpers import ATTENTION_AND_DOWN, tiny_llama
 
 AS_IS = SamplerConfig(quantization="as-is", threads=1)
 
 
 def small_policy(lora: bool = True, seed: int = 0) -> Policy:
     """Weights drawn wide (init range 0.3) so the next-token distributions are peaked, like a real model's."""
-    modules = ("q_proj", "k_proj", "v_proj", "o_proj", "down_proj") if lora else ()
+    modules = ATTENTION_AND_DOWN if lora else ()
     model = tiny_llama(seed, 49152, modules, init_lora_weights=True, max_position_embeddings=512, initializer_range=0.3)
     model.eval()
     return Policy(

@@ -7,7 +7,8 @@ import torch
 
 from sapo_core.hooks import NullHooks
 from sapo_core.sampler.base import SamplingParams
-from tests.helpers import tiny_random_policy
+
+from helpers import tiny_random_policy
 
 
 @pytest.fixture()

@@ -12,7 +12,8 @@ from sapo_core.config import ConfigError, TrainConfig
 from sapo_core.hooks import NullHooks
 from sapo_core.precision import cpu_bf16_feature, resolve_precision
 from sapo_core.trainer import Trainer, TrainSequence
-from tests.helpers import small_policy
+
+from helpers import small_policy
 
 
 def sequences():
