@@ -366,6 +366,11 @@ class EvalConfig:
     )
     samples: int = setting("Completions per held-out question at the training temperature, k.", 4)
     greedy: bool = setting("Also one greedy completion per question (eval/greedy_solve_rate).", True)
+    max_new_tokens: int = setting(
+        "Longest held-out completion, in tokens; 0 = sampler.max_new_tokens. sapo-experiment sets it to its "
+        "--max-new-tokens, so an arm that changes the training length is measured as the others are.",
+        0,
+    )
 
     def __post_init__(self) -> None:
         check(self.every_rounds >= 0, "eval.every_rounds", "must be >= 0")
@@ -373,6 +378,7 @@ class EvalConfig:
         check(1 <= self.questions <= 512, "eval.questions", "must be 1..512")
         check(0 <= self.level_questions <= 512, "eval.level_questions", "must be 0..512")
         check(1 <= self.samples <= 64, "eval.samples", "must be 1..64")
+        check(0 <= self.max_new_tokens <= 4096, "eval.max_new_tokens", "must be 0..4096 (0: the sampler's)")
 
 
 @dataclass(frozen=True)

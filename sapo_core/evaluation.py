@@ -139,9 +139,10 @@ class EvalSettings:
 
     @classmethod
     def for_config(cls, cfg: NodeConfig) -> EvalSettings:
-        """eval.samples and eval.greedy, at the node's own sampling settings."""
-        s = cfg.sampler
-        return cls(cfg.eval.samples, cfg.eval.greedy, s.temperature, s.top_p, s.max_new_tokens, 0, s.quantization)
+        """eval.samples and eval.greedy, at the node's own sampling settings (its completion length
+        unless eval.max_new_tokens sets one)."""
+        s, length = cfg.sampler, cfg.eval.max_new_tokens or cfg.sampler.max_new_tokens
+        return cls(cfg.eval.samples, cfg.eval.greedy, s.temperature, s.top_p, length, 0, s.quantization)
 
     def without_greedy(self) -> EvalSettings:
         return dataclasses.replace(self, greedy=False)

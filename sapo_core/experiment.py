@@ -63,8 +63,15 @@ _RESERVED = {
     "swarm.host_maddrs": "loopback",
     "swarm.identity_path": "one identity per (seed, node)",
 }
-# overrides that change the held-out questions themselves (or how many completions measure them)
-_CHANGES_HELD_OUT = ("eval.questions", "eval.samples", "tasks.weights", "tasks.difficulty", "tasks.levels")
+# overrides that change the held-out questions themselves (or how many completions, how long, measure them)
+_CHANGES_HELD_OUT = (
+    "eval.questions",
+    "eval.samples",
+    "eval.max_new_tokens",
+    "tasks.weights",
+    "tasks.difficulty",
+    "tasks.levels",
+)
 
 
 @dataclass(frozen=True)
@@ -237,6 +244,7 @@ def node_config(args: argparse.Namespace, out: Path, seed: int, arm: Arm, index:
             "eval.questions": args.eval_questions,
             "eval.samples": args.eval_samples,
             "eval.greedy": False,
+            "eval.max_new_tokens": args.max_new_tokens,  # an arm's sampler.max_new_tokens changes training only
         }
     )
     if arm.overrides:

@@ -40,6 +40,7 @@ def test_task_weights_replace_not_merge():
         ({"train": 3}, "expected a table"),
         ({"tasks": {"weights": {}}}, "tasks.weights"),
         ({"control": {"throttle": 2.0}}, "control.throttle"),
+        ({"eval": {"max_new_tokens": -1}}, "eval.max_new_tokens"),
     ],
 )
 def test_nonsense_is_rejected_with_its_key(data, message):

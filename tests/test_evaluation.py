@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from sapo_core.config import DEFAULT_TASK_WEIGHTS, PAPER_SPECIALTIES, TaskConfig
+from sapo_core.config import DEFAULT_TASK_WEIGHTS, PAPER_SPECIALTIES, NodeConfig, TaskConfig
 from sapo_core.evalbase import base_weights, load_cached
 from sapo_core.evaluation import (
     EVAL_SEED,
@@ -79,6 +79,12 @@ def test_training_never_draws_a_held_out_question():
 
 
 # --- the figures ------------------------------------------------------------------------------
+
+
+def test_held_out_completions_are_as_long_as_training_ones_unless_eval_says():
+    cfg = NodeConfig().replace(**{"sampler.max_new_tokens": 48})
+    assert EvalSettings.for_config(cfg).max_new_tokens == 48
+    assert EvalSettings.for_config(cfg.replace(**{"eval.max_new_tokens": 96})).max_new_tokens == 96
 
 
 def test_paired_bootstrap_by_hand():

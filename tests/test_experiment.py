@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sapo_core.evaluation import EvalSettings
 from sapo_core.experiment import (
     STOP_GRACE_SECONDS,
     Arm,
@@ -124,6 +125,19 @@ def test_arm_overrides_win_over_the_experiments_settings(tmp_path):
         "big": "sampler.group_size=8,round.external_groups=1,train.learning_rate=0.0001 "
         "(sharing: 2 local / 1 external groups)",
     }
+
+
+def test_an_arm_with_shorter_completions_is_measured_at_the_experiments_length(tmp_path, capsys):
+    args = _args("--max-new-tokens", "128")
+    arms = [parse_arm("base:"), parse_arm("short:sampler.max_new_tokens=48")]
+    check_arms(args, arms, tmp_path)
+    assert "warning" not in capsys.readouterr().err  # the held-out measure is the same for both
+    base, short = (node_config(args, tmp_path, 0, a, 0, None) for a in arms)
+    assert (base.sampler.max_new_tokens, short.sampler.max_new_tokens) == (128, 48)
+    assert EvalSettings.for_config(short) == EvalSettings.for_config(base)
+    assert EvalSettings.for_config(short).max_new_tokens == 128
+    check_arms(args, [arms[0], parse_arm("evalshort:eval.max_new_tokens=48")], tmp_path)
+    assert "arm evalshort sets eval.max_new_tokens" in capsys.readouterr().err
 
 
 def test_node_configs_share_identities_across_arms_not_swarms(tmp_path):
