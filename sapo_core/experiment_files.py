@@ -23,7 +23,15 @@ from sapo_core.experiment_report import (
 
 _INT_FIELDS = ("seed", "sharing", "node", "round")
 # columns an experiment.csv written before arms may lack (filled with "" when read)
-_OPTIONAL_FIELDS = ("sharing", "train_tokens", "eval_capability", "eval_capability_base", "role", *PHASE_COLUMNS)
+_OPTIONAL_FIELDS = (
+    "sharing",
+    "train_tokens",
+    "completions_cut",
+    "eval_capability",
+    "eval_capability_base",
+    "role",
+    *PHASE_COLUMNS,
+)
 
 
 def write_outputs(

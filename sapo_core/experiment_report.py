@@ -43,6 +43,7 @@ CSV_FIELDS = (
     "groups_trained",
     "round_seconds",
     "train_tokens",
+    "completions_cut",  # the share of the round's own completions cut at sampler.max_new_tokens
     *PHASE_COLUMNS,
     "eval_solve_rate",
     "eval_solve_rate_base",
@@ -312,6 +313,26 @@ def phase_words(cost: ArmCost) -> str | None:
     return f"  a node-round's {whole:.2f} s: {parts}; held-out evaluation {p['eval_seconds']:.2f} s more per node-round"
 
 
+def tail_words(rows: list[dict]) -> str | None:
+    """What completions cut at the length limit cost an arm's rounds: a round waits for its longest
+    completion, and trains on it. The share of node-rounds with one, their mean seconds against
+    the others', and how much they add to the rounds' time (files before 2026-11-28 lack the column)."""
+    timed = [
+        (float(r["completions_cut"]) > 0, float(r["round_seconds"] or 0))
+        for r in rows
+        if r.get("completions_cut", "") != ""
+    ]
+    cut, clean = [t for c, t in timed if c], [t for c, t in timed if not c]
+    if not cut or not clean:
+        return None
+    added = 1 - statistics.fmean(clean) / statistics.fmean(t for _, t in timed)
+    return (
+        f"  node-rounds with a completion cut at the length limit: {100 * len(cut) / len(timed):.0f} %, "
+        f"{statistics.fmean(cut):.2f} s against {statistics.fmean(clean):.2f} s; they add {100 * added:.0f} % "
+        "to the rounds' time"
+    )
+
+
 def _short(column: str) -> str:
     return column.removeprefix(DATASET_PREFIX)
 
@@ -428,9 +449,7 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
             f"{arm}: final held-out solve rate {m:.3f} ({interval}) over {len(units)} {unit}; "
             f"{ext:.2f} external groups, {cost.round_seconds:.1f} s{tokens} per node-round{gain}"
         )
-        where = phase_words(cost)
-        if where:
-            lines.append(where)
+        lines.extend(w for w in (phase_words(cost), tail_words(mine)) if w)
         if columns:
             parts = []
             for c in columns:
