@@ -18,8 +18,8 @@ from sapo_core.experiment_report import (
     PHASE_COLUMNS,
     dataset_columns,
     difference,
-    summary_lines,
 )
+from sapo_core.experiment_summary import summary_lines
 
 _INT_FIELDS = ("seed", "sharing", "node", "round")
 # columns an experiment.csv written before arms may lack (filled with "" when read)

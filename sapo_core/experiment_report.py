@@ -1,7 +1,8 @@
 """The measure of `sapo-experiment`: final held-out solve rates, each arm's difference from the
-first arm over paired replicates with a 95 % t-interval, and the summary's lines; the columns of
-a row. The files that hold them (`experiment.csv`, `summary.txt`, `experiment.png`, read back by
-`--from-csv`) are `sapo_core/experiment_files.py`.
+first arm over paired replicates with a 95 % t-interval, what an arm's node-rounds cost; the
+columns of a row. The summary's words are `sapo_core/experiment_summary.py`; the files that hold
+them (`experiment.csv`, `summary.txt`, `experiment.png`, read back by `--from-csv`) are
+`sapo_core/experiment_files.py`.
 
 The replication unit (docs/experiment.md, "Recipe lab"): an isolated arm's nodes are independent
 runs (own seed, own questions, own LoRA), so each node is a replicate; the nodes of a sharing arm
@@ -16,8 +17,10 @@ Imports only the standard library (matplotlib where it draws): `--from-csv` need
 from __future__ import annotations
 
 import math
+import operator
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sapo_core.config import PAPER_SPECIALTIES
@@ -172,16 +175,22 @@ class Comparison:
         return f"{self.n} seed{'s' * (self.n != 1)}"
 
 
-def compare(values: dict[NodeKey, float], sharing: dict[str, bool], baseline: str, arm: str) -> Comparison:
-    """arm - baseline, paired: by (seed, node) when both are isolated (node i of seed s has the same
-    seeds in both), else by seed (each arm's mean over the seed's nodes)."""
+def compare(
+    values: dict[NodeKey, float],
+    sharing: dict[str, bool],
+    baseline: str,
+    arm: str,
+    op: Callable[[float, float], float] = operator.sub,
+) -> Comparison:
+    """arm - baseline (or `op(arm, baseline)`), paired: by (seed, node) when both are isolated (node i
+    of seed s has the same seeds in both), else by seed (each arm's mean over the seed's nodes)."""
     both_isolated = not sharing.get(baseline, False) and not sharing.get(arm, False)
     if both_isolated:
         a, b = unit_values(values, arm, False), unit_values(values, baseline, False)
     else:  # an isolated arm's seed mean is as good a seed replicate as a sharing arm's
         a, b = unit_values(values, arm, True), unit_values(values, baseline, True)
     keys = sorted(set(a) & set(b))
-    diffs = [a[k] - b[k] for k in keys]
+    diffs = [op(a[k], b[k]) for k in keys]
     m, lo, hi = mean_ci(diffs) if diffs else (math.nan, math.nan, math.nan)
     return Comparison("node" if both_isolated else "seed", keys, diffs, m, lo, hi)
 
@@ -209,32 +218,6 @@ def total_rewards(rows: list[dict], arm: str) -> dict[int, float]:
         if r["arm"] == arm and r.get("reward_mean", "") != "":
             out[int(r["seed"])] = out.get(int(r["seed"]), 0.0) + float(r["reward_mean"])
     return dict(sorted(out.items()))
-
-
-def reward_lines(rows: list[dict], arms: list[str]) -> list[str]:
-    """The paper's measure per arm (mean over seeds) and each arm's % over the first, per seed."""
-    totals = {a: total_rewards(rows, a) for a in arms}
-    base = totals.get(arms[0], {}) if arms else {}
-    lines = []
-    for arm in arms:
-        t = totals[arm]
-        if not t:
-            continue
-        nodes = len({(int(r["seed"]), int(r["node"])) for r in rows if r["arm"] == arm}) / len(t)
-        rounds = max(int(r["round"]) for r in rows if r["arm"] == arm)
-        m, lo, hi = mean_ci(list(t.values()))
-        interval = interval_words(lo, hi, len(t), "seed", ".2f")
-        line = (
-            f"{arm}: total training reward (the paper's measure) {m:.2f} ({interval}) "
-            f"over {len(t)} seed{'s' * (len(t) != 1)}, {nodes:g} nodes x {rounds} rounds each"
-        )
-        pct = [100 * (t[s] / base[s] - 1) for s in sorted(set(t) & set(base)) if base[s] > 0]
-        if arm != arms[0] and pct:
-            pm, plo, phi = mean_ci(pct)
-            ci = f" (95% CI {plo:+.0f}..{phi:+.0f} %)" if len(pct) > 1 else ""
-            line += f"; {pm:+.0f} %{ci} over {arms[0]}, per seed " + ", ".join(f"{x:+.0f} %" for x in pct)
-        lines.append(line)
-    return lines
 
 
 @dataclass(frozen=True)
@@ -296,174 +279,28 @@ def hourly_difference(rows: list[dict], baseline: str, arm: str) -> Comparison:
     return compare(hourly_gains(rows), arm_sharing(rows), baseline, arm)
 
 
-def phase_words(cost: ArmCost) -> str | None:
-    """Where an arm's node-round goes: the update, sampling, checking peers' text (the likelihood
-    floor's forward pass), the rest of the round; and the held-out evaluation beside it, spread
-    over the rounds (it runs before the first and after the last, outside them)."""
-    if not cost.phases or cost.round_seconds <= 0:
-        return None
-    p, whole = cost.phases, cost.round_seconds
-    named = {
-        "update": p["update_seconds"],
-        "sampling": p["sample_seconds"],
-        "checking peers' text": p["likelihood_seconds"],
-    }
-    named["the rest"] = max(0.0, whole - sum(named.values()))
-    parts = ", ".join(f"{k} {v:.2f} s ({100 * v / whole:.0f} %)" for k, v in named.items() if v >= 0.005)
-    return f"  a node-round's {whole:.2f} s: {parts}; held-out evaluation {p['eval_seconds']:.2f} s more per node-round"
+# what a node-round costs, the columns `cost_ratios` pairs and the words it prints them with
+COST_RATIO_COLUMNS = {
+    "round_seconds": "a round",
+    "sample_seconds": "sampling",
+    "update_seconds": "the update",
+    "train_tokens": "trained tokens",
+}
 
 
-def tail_words(rows: list[dict]) -> str | None:
-    """What completions cut at the length limit cost an arm's rounds: a round waits for its longest
-    completion, and trains on it. The share of node-rounds with one, their mean seconds against
-    the others', and how much they add to the rounds' time (files before 2026-11-28 lack the column)."""
-    timed = [
-        (float(r["completions_cut"]) > 0, float(r["round_seconds"] or 0))
-        for r in rows
-        if r.get("completions_cut", "") != ""
-    ]
-    cut, clean = [t for c, t in timed if c], [t for c, t in timed if not c]
-    if not cut or not clean:
-        return None
-    added = 1 - statistics.fmean(clean) / statistics.fmean(t for _, t in timed)
-    return (
-        f"  node-rounds with a completion cut at the length limit: {100 * len(cut) / len(timed):.0f} %, "
-        f"{statistics.fmean(cut):.2f} s against {statistics.fmean(clean):.2f} s; they add {100 * added:.0f} % "
-        "to the rounds' time"
-    )
-
-
-def _short(column: str) -> str:
-    return column.removeprefix(DATASET_PREFIX)
-
-
-def veteran_lines(rows: list[dict], arms: list[str]) -> list[str]:
-    """With veterans (--veterans): their held-out level when the run began (their own run's last
-    evaluation, round 0) and at its end, and per arm how many rounds its newcomers took to reach
-    the veterans' starting level (the first evaluation at or above it), seed by seed."""
-    vets = [r for r in rows if r.get("role") == "veteran"]
-    if not vets:
-        return []
-    start = {}  # seed -> the veterans' mean held-out at round 0
-    for seed in sorted({int(r["seed"]) for r in vets}):
-        xs = [float(r["eval_solve_rate"]) for r in vets if int(r["seed"]) == seed and int(r["round"]) == 0]
-        xs = [x for x in xs if x == x]
-        if xs:
-            start[seed] = statistics.fmean(xs)
-    end = list(final_values(vets).values())
-    lines = [
-        f"veterans: held-out {statistics.fmean(start.values()):.3f} when the newcomers joined, "
-        f"{statistics.fmean(end) if end else float('nan'):.3f} at the end ({len(start)} seeds)"
-    ]
-    for arm in arms:
-        reached = []
-        for seed, level in start.items():
-            evals = sorted(
-                (int(r["round"]), float(r["eval_solve_rate"]))
-                for r in rows
-                if r["arm"] == arm
-                and int(r["seed"]) == seed
-                and r.get("role") != "veteran"
-                and r.get("eval_solve_rate", "") != ""
-                and int(r["round"]) > 0
-            )
-            by_round: dict[int, list[float]] = {}
-            for rnd, x in evals:
-                by_round.setdefault(rnd, []).append(x)
-            hit = next((rnd for rnd, xs in sorted(by_round.items()) if statistics.fmean(xs) >= level), None)
-            reached.append(hit)
-        if not reached:
-            continue
-        got = [x for x in reached if x is not None]
-        words = ", ".join("not reached" if x is None else f"round {x}" for x in reached)
-        lines.append(f"  {arm}: newcomers reach the veterans' level in {len(got)} of {len(reached)} seeds ({words})")
-    return lines
-
-
-def comparison_lines(rows: list[dict], baseline: str, arm: str, columns: list[str]) -> list[str]:
-    """arm - baseline: held-out with each replicate's difference, per dataset, on every level, per
-    node-hour of rounds, and the training solve rate; each paired as `compare` says."""
-    lines = []
-    d = difference(rows, baseline, arm)
-    if d.n:
-        listed = "; per unit " + ", ".join(f"{x:+.3f}" for x in d.diffs) if d.n <= 24 else ""
-        lines.append(f"{arm} - {baseline}: {d.mean:+.3f} ({d.interval()}) over {d.units()}{listed}")
-    parts = []
-    for c in columns:
-        dc = difference(rows, baseline, arm, c)
-        if dc.n:
-            parts.append(f"{_short(c)} {dc.mean:+.3f} ({dc.interval()})")
-    if parts:
-        lines.append("  per dataset: " + ", ".join(parts))
-    dcap = difference(rows, baseline, arm, "eval_capability")
-    if dcap.n:
-        lines.append(f"  every level (capability): {dcap.mean:+.3f} ({dcap.interval()}) over {dcap.units()}")
-    h = hourly_difference(rows, baseline, arm)
-    if h.n:
-        lines.append(
-            f"  held-out gain per node-hour of rounds, {arm} - {baseline}: {h.mean:+.3f} ({h.interval()}) "
-            f"over {h.units()}"
-        )
-    t = training_difference(rows, baseline, arm)
-    if t.n:
-        lines.append(
-            f"  training solve rate over all rounds (own questions, each node's curriculum), "
-            f"{arm} - {baseline}: {t.mean:+.3f} ({t.interval()}) over {t.units()}"
-        )
-    return lines
-
-
-def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
-    """Per arm its final held-out solve rate over its replicates, per dataset, and its cost; per
-    arm after the first its difference from the first, overall and per dataset. Veterans' rows
-    (--veterans) stay out of every comparison: the newcomers are the replicates."""
-    everyone, rows = rows, [r for r in rows if r.get("role") != "veteran"]
-    sharing = arm_sharing(rows)
-    finals = final_values(rows)
-    columns = dataset_columns(rows)
-    per_dataset = {c: final_values(rows, c) for c in columns}
-    lines = []
-    for arm in arms:
-        units = unit_values(finals, arm, sharing.get(arm, False))
-        if not units:
-            continue
-        m, lo, hi = mean_ci(list(units.values()))
-        interval = interval_words(lo, hi, len(units), "seed" if sharing.get(arm) else "node")
-        plural = "s" * (len(units) != 1)
-        unit = (
-            f"seed{plural} (a sharing arm's nodes are one swarm)"
-            if sharing.get(arm)
-            else f"node{plural} (independent runs)"
-        )
-        mine = [r for r in rows if r["arm"] == arm]
-        ext = statistics.fmean(float(r["groups_external"] or 0) for r in mine)
-        cost = arm_cost(rows, arm)
-        tokens = f", {cost.train_tokens:.0f} trained tokens" if cost.train_tokens is not None else ""
-        gain = (
-            f"; gain over the base model {cost.gain:+.3f} in {cost.node_hours:.2f} node-hours of rounds: "
-            f"{cost.gain_per_node_hour:+.3f} per node-hour"
-            if cost.gain_per_node_hour is not None
-            else ""
-        )
-        lines.append(
-            f"{arm}: final held-out solve rate {m:.3f} ({interval}) over {len(units)} {unit}; "
-            f"{ext:.2f} external groups, {cost.round_seconds:.1f} s{tokens} per node-round{gain}"
-        )
-        lines.extend(w for w in (phase_words(cost), tail_words(mine)) if w)
-        if columns:
-            parts = []
-            for c in columns:
-                xs = list(unit_values(per_dataset[c], arm, sharing.get(arm, False)).values())
-                if xs:
-                    parts.append(f"{_short(c)} {statistics.fmean(xs):.3f}")
-            lines.append("  per dataset: " + ", ".join(parts))
-        caps = unit_values(final_values(rows, "eval_capability"), arm, sharing.get(arm, False))
-        if caps:
-            cm, clo, chi = mean_ci(list(caps.values()))
-            cint = interval_words(clo, chi, len(caps), "seed" if sharing.get(arm) else "node")
-            lines.append(f"  every level (capability, the mean over each dataset's levels): {cm:.3f} ({cint})")
-    for arm in arms[1:]:
-        lines.extend(comparison_lines(rows, arms[0], arm, columns))
-    lines.extend(reward_lines(rows, arms))
-    lines.extend(veteran_lines(everyone, arms))
-    return lines
+def cost_ratios(rows: list[dict], baseline: str, arm: str) -> dict[str, Comparison]:
+    """arm / baseline per node-round, column by column (COST_RATIO_COLUMNS): each replicate's mean
+    over its rounds, paired as `compare` says, and the mean of the pairs' ratios with its interval.
+    Seconds move with the machine's load, so the ratio holds only where both arms ran at once (one
+    side-by-side run, one core each); a column a file lacks is left out."""
+    out = {}
+    for column in COST_RATIO_COLUMNS:
+        per: dict[NodeKey, list[float]] = {}
+        for r in rows:
+            if r.get(column, "") != "":
+                per.setdefault((int(r["seed"]), r["arm"], int(r["node"])), []).append(float(r[column]))
+        means = {k: statistics.fmean(v) for k, v in per.items() if k[1] != baseline or statistics.fmean(v) > 0}
+        c = compare(means, arm_sharing(rows), baseline, arm, operator.truediv)
+        if c.n:
+            out[column] = c
+    return out

@@ -31,16 +31,15 @@ from sapo_core.experiment_files import PLOT_NEEDS_MATPLOTLIB, read_rows, write_o
 from sapo_core.experiment_report import (
     CSV_FIELDS,
     arm_cost,
+    cost_ratios,
     difference,
     final_values,
     hourly_difference,
     mean_ci,
-    phase_words,
-    reward_lines,
-    tail_words,
     total_rewards,
     training_difference,
 )
+from sapo_core.experiment_summary import phase_words, reward_lines, tail_words
 
 
 def _args(*argv):
@@ -260,6 +259,49 @@ def test_gain_per_node_hour_difference_by_hand(tmp_path):
     lines = write_outputs(rows, tmp_path, "title", ["a", "b"])
     want = "  held-out gain per node-hour of rounds, b - a: +0.500 (95% CI -5.853..+6.853) over 2 (seed, node) pairs"
     assert want in lines
+
+
+def test_what_a_node_round_costs_against_the_baseline_by_hand(tmp_path):
+    """Node 0: a's rounds 10 and 10 s, b's 12 and 14 -> 13 / 10 = 1.3; node 1: 8 s in both -> 1.0.
+    Mean 1.15, sd 0.3 / sqrt 2, half-width t(1) 12.706 x 0.15 = 1.906. The trained tokens are
+    equal (1.00x); the phase columns are absent, so they are left out. Written and read back, the same."""
+    seconds = {("a", 0): [10, 10], ("b", 0): [12, 14], ("a", 1): [8, 8], ("b", 1): [8, 8]}
+    rows = [
+        _row(0, arm, node, i + 1, held=0.3 if i == 1 else "", round_seconds=float(t))
+        for (arm, node), ts in seconds.items()
+        for i, t in enumerate(ts)
+    ]
+    r = cost_ratios(rows, "a", "b")
+    assert list(r) == ["round_seconds", "train_tokens"]
+    assert r["round_seconds"].diffs == pytest.approx([1.3, 1.0]) and r["round_seconds"].mean == pytest.approx(1.15)
+    assert r["round_seconds"].hi - 1.15 == pytest.approx(1.906, abs=1e-3)
+    want = (
+        "  cost per node-round, b / a, the mean of the pairs' ratios over 2 (seed, node) pairs "
+        "(only where both ran at once): a round 1.15x (95% CI -0.76..3.06), trained tokens 1.00x (95% CI 1.00..1.00)"
+    )
+    assert want in write_outputs(rows, tmp_path, "title", ["a", "b"])
+    again, _, _ = read_rows([str(tmp_path / "experiment.csv")])
+    assert cost_ratios(again, "a", "b")["round_seconds"].diffs == pytest.approx([1.3, 1.0])
+
+
+def test_the_committed_side_by_side_costs_recompute():
+    """The results README quotes g4q8 at 1.31x base a node-round (0.88..1.74), sampling 1.58x, the
+    update 1.17x, and tok48 at 0.950x (0.870..1.031), sampling 0.88x, the update 0.99x: recomputed
+    from the committed CSVs."""
+    results = Path(__file__).parents[1] / "docs" / "results"
+    rows, _, _ = read_rows([str(results / "lab-2026-11-28-g4q8-timing.csv")])
+    r = cost_ratios(rows, "base", "g4q8")
+    got = {k: round(c.mean, 2) for k, c in r.items()}
+    assert got == {"round_seconds": 1.31, "sample_seconds": 1.58, "update_seconds": 1.17, "train_tokens": 1.2}
+    assert (round(r["round_seconds"].lo, 2), round(r["round_seconds"].hi, 2)) == (0.88, 1.74)
+    rows, _, _ = read_rows([str(results / "lab-2026-11-28-tok48-timing.csv")])
+    r = cost_ratios(rows, "base", "tok48")
+    got = {k: (round(c.mean, 2), round(c.lo, 2), round(c.hi, 2)) for k, c in r.items() if k != "train_tokens"}
+    assert got == {
+        "round_seconds": (0.95, 0.87, 1.03),
+        "sample_seconds": (0.88, 0.77, 1.0),
+        "update_seconds": (0.99, 0.92, 1.06),
+    }
 
 
 def test_where_a_node_round_goes_by_hand(tmp_path):
