@@ -129,12 +129,18 @@ def final_values(rows: list[dict], column: str = "eval_solve_rate") -> dict[Node
     return {k: v for k, (_, v) in sorted(last.items())}
 
 
-def training_values(rows: list[dict]) -> dict[NodeKey, float]:
-    """(seed, arm, node) -> the node's training solve rate (its own questions) over all its rounds."""
+def node_means(rows: list[dict], column: str) -> dict[NodeKey, float]:
+    """(seed, arm, node) -> the mean of `column` over the node's rounds where it was recorded."""
     per: dict[NodeKey, list[float]] = {}
     for r in rows:
-        per.setdefault((int(r["seed"]), r["arm"], int(r["node"])), []).append(float(r["solve_rate"]))
+        if r.get(column, "") != "":
+            per.setdefault((int(r["seed"]), r["arm"], int(r["node"])), []).append(float(r[column]))
     return {k: statistics.fmean(v) for k, v in sorted(per.items())}
+
+
+def training_values(rows: list[dict]) -> dict[NodeKey, float]:
+    """(seed, arm, node) -> the node's training solve rate (its own questions) over all its rounds."""
+    return node_means(rows, "solve_rate")
 
 
 def unit_values(values: dict[NodeKey, float], arm: str, sharing: bool) -> dict[tuple, float]:
@@ -293,14 +299,10 @@ def cost_ratios(rows: list[dict], baseline: str, arm: str) -> dict[str, Comparis
     over its rounds, paired as `compare` says, and the mean of the pairs' ratios with its interval.
     Seconds move with the machine's load, so the ratio holds only where both arms ran at once (one
     side-by-side run, one core each); a column a file lacks is left out."""
-    out = {}
+    out, sharing = {}, arm_sharing(rows)
     for column in COST_RATIO_COLUMNS:
-        per: dict[NodeKey, list[float]] = {}
-        for r in rows:
-            if r.get(column, "") != "":
-                per.setdefault((int(r["seed"]), r["arm"], int(r["node"])), []).append(float(r[column]))
-        means = {k: statistics.fmean(v) for k, v in per.items() if k[1] != baseline or statistics.fmean(v) > 0}
-        c = compare(means, arm_sharing(rows), baseline, arm, operator.truediv)
+        means = {k: v for k, v in node_means(rows, column).items() if k[1] != baseline or v > 0}
+        c = compare(means, sharing, baseline, arm, operator.truediv)
         if c.n:
             out[column] = c
     return out
