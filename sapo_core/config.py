@@ -364,12 +364,17 @@ class EvalConfig:
         "At most eval.questions of them are used: training skips the first eval.questions of every level.",
         16,
     )
-    samples: int = setting("Completions per held-out question at the training temperature, k.", 4)
+    samples: int = setting("Completions per held-out question at eval.temperature, k.", 4)
     greedy: bool = setting("Also one greedy completion per question (eval/greedy_solve_rate).", True)
     max_new_tokens: int = setting(
         "Longest held-out completion, in tokens; 0 = sampler.max_new_tokens. sapo-experiment sets it to its "
         "--max-new-tokens, so an arm that changes the training length is measured as the others are.",
         0,
+    )
+    temperature: float = setting(
+        "Held-out sampling temperature; 0 = sampler.temperature. sapo-experiment sets it to the default "
+        "sampler.temperature, so an arm that changes the training temperature is measured as the others are.",
+        0.0,
     )
 
     def __post_init__(self) -> None:
@@ -379,6 +384,7 @@ class EvalConfig:
         check(0 <= self.level_questions <= 512, "eval.level_questions", "must be 0..512")
         check(1 <= self.samples <= 64, "eval.samples", "must be 1..64")
         check(0 <= self.max_new_tokens <= 4096, "eval.max_new_tokens", "must be 0..4096 (0: the sampler's)")
+        check(0 <= self.temperature <= 2, "eval.temperature", "must be in [0, 2] (0: the sampler's)")
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ curriculum's level), so the node measures a fixed set of questions no node ever 
   question texts under different seeds ("Calculate 4 - 1." comes up often), so training also
   skips any question whose text is in the set (`HeldOut`, used by `TaskSet.sample_questions`).
   The seed is a constant: every node evaluates the same questions, so their figures compare.
-- The measure: k completions per question at the training temperature (the solve rate: share of
-  completions fully right; the mean reward under the node's reward setting) and one greedy one,
-  at the start level: `eval/solve_rate`, the figure every earlier result is comparable with.
+- The measure: k completions per question at the training temperature (or `eval.temperature`;
+  the solve rate: share of completions fully right; the mean reward under the node's reward
+  setting) and one greedy one, at the start level: `eval/solve_rate`, the figure every earlier
+  result is comparable with.
 - Every level too: `eval.level_questions` questions per dataset at each level above the start
   level (k completions, no greedy), one cell per (dataset, level). `eval/capability` is the mean
   of all cells' solve rates, the start level's included, each cell weighing alike: a node that
@@ -140,9 +141,10 @@ class EvalSettings:
     @classmethod
     def for_config(cls, cfg: NodeConfig) -> EvalSettings:
         """eval.samples and eval.greedy, at the node's own sampling settings (its completion length
-        unless eval.max_new_tokens sets one)."""
-        s, length = cfg.sampler, cfg.eval.max_new_tokens or cfg.sampler.max_new_tokens
-        return cls(cfg.eval.samples, cfg.eval.greedy, s.temperature, s.top_p, length, 0, s.quantization)
+        and temperature unless eval.max_new_tokens and eval.temperature set them)."""
+        s, e = cfg.sampler, cfg.eval
+        temperature = e.temperature or s.temperature
+        return cls(e.samples, e.greedy, temperature, s.top_p, e.max_new_tokens or s.max_new_tokens, 0, s.quantization)
 
     def without_greedy(self) -> EvalSettings:
         return dataclasses.replace(self, greedy=False)

@@ -68,6 +68,7 @@ _CHANGES_HELD_OUT = (
     "eval.questions",
     "eval.samples",
     "eval.max_new_tokens",
+    "eval.temperature",
     "tasks.weights",
     "tasks.difficulty",
     "tasks.levels",
@@ -245,6 +246,7 @@ def node_config(args: argparse.Namespace, out: Path, seed: int, arm: Arm, index:
             "eval.samples": args.eval_samples,
             "eval.greedy": False,
             "eval.max_new_tokens": args.max_new_tokens,  # an arm's sampler.max_new_tokens changes training only
+            "eval.temperature": NodeConfig().sampler.temperature,  # and an arm's sampler.temperature too
         }
     )
     if arm.overrides:

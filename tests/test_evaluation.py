@@ -85,6 +85,9 @@ def test_held_out_completions_are_as_long_as_training_ones_unless_eval_says():
     cfg = NodeConfig().replace(**{"sampler.max_new_tokens": 48})
     assert EvalSettings.for_config(cfg).max_new_tokens == 48
     assert EvalSettings.for_config(cfg.replace(**{"eval.max_new_tokens": 96})).max_new_tokens == 96
+    hot = NodeConfig().replace(**{"sampler.temperature": 0.7})
+    assert EvalSettings.for_config(hot).temperature == 0.7
+    assert EvalSettings.for_config(hot.replace(**{"eval.temperature": 1.0})).temperature == 1.0
 
 
 def test_paired_bootstrap_by_hand():

@@ -140,6 +140,19 @@ def test_an_arm_with_shorter_completions_is_measured_at_the_experiments_length(t
     assert "arm evalshort sets eval.max_new_tokens" in capsys.readouterr().err
 
 
+def test_an_arm_at_another_temperature_is_measured_at_the_default_one(tmp_path, capsys):
+    args = _args()
+    arms = [parse_arm("base:"), parse_arm("cool:sampler.temperature=0.7")]
+    check_arms(args, arms, tmp_path)
+    assert "warning" not in capsys.readouterr().err
+    base, cool = (node_config(args, tmp_path, 0, a, 0, None) for a in arms)
+    assert (base.sampler.temperature, cool.sampler.temperature) == (1.0, 0.7)
+    assert EvalSettings.for_config(cool) == EvalSettings.for_config(base)
+    assert EvalSettings.for_config(cool).temperature == 1.0
+    check_arms(args, [arms[0], parse_arm("evalcool:eval.temperature=0.7")], tmp_path)
+    assert "arm evalcool sets eval.temperature" in capsys.readouterr().err
+
+
 def test_node_configs_share_identities_across_arms_not_swarms(tmp_path):
     args = _args("--nodes", "2")
     iso, share = parse_configs("2/0,1/1")
