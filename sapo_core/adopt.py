@@ -24,13 +24,14 @@ Pure apart from the sampling function it is given, which the node backs with its
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sapo_core.batch import Mixed
 from sapo_core.control import vocabulary as K
-from sapo_core.rollouts import Group, Question
+from sapo_core.rollouts import Group, Question, one_per_question
 
 # questions -> (our scored groups, their encoded prompts), one group per question, in order
 SampleOwn = Callable[[list[Question]], tuple[list[Group], list[list[int]]]]
@@ -62,16 +63,7 @@ class Adopted:
 def adoptable(groups: Sequence[Group], want: int) -> list[Group]:
     """Up to `want` peer groups holding a right completion, one per question, in the order given
     (the gather's own random order): the questions a round adopts."""
-    seen, out = set(), []
-    for g in groups:
-        key = g.question.id.key()
-        if key in seen or not right_completions(g):
-            continue
-        seen.add(key)
-        out.append(g)
-        if len(out) == want:
-            break
-    return out
+    return list(itertools.islice(one_per_question(g for g in groups if right_completions(g)), max(want, 0)))
 
 
 def adopt(groups: Sequence[Group], want: int, sample_own: SampleOwn) -> Adopted:

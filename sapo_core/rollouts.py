@@ -8,6 +8,7 @@ a peer sends instead of believing it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,3 +75,13 @@ class Group:
         """False when all rewards are equal: such a group gives zero advantage (paper's filter)."""
         r = self.rewards
         return len(r) > 1 and max(r) - min(r) > 1e-9
+
+
+def one_per_question(groups: Iterable[Group]) -> Iterator[Group]:
+    """The first group of each question, in the order given: a question taken twice teaches once."""
+    seen: set[str] = set()
+    for g in groups:
+        key = g.question.id.key()
+        if key not in seen:
+            seen.add(key)
+            yield g

@@ -47,6 +47,7 @@ def test_adoptable_takes_groups_with_a_right_answer_one_per_question_in_order():
     ]
     assert [g.question.id.index for g in adoptable(groups, 2)] == [2, 3]
     assert [g.source for g in adoptable(groups, 9)] == ["peer-a", "peer-a", "peer-a"]
+    assert adoptable(groups, 0) == []  # none asked, none taken
 
 
 def test_what_trains_follows_our_own_answers_by_hand():

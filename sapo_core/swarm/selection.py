@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
-from sapo_core.rollouts import Group
+from sapo_core.rollouts import Group, one_per_question
 from sapo_core.swarm.keys import KeySpace, values_of
 from sapo_core.swarm.records import IndexEntry, RecordError, decode_index
 
@@ -293,13 +293,7 @@ class NeedChoice:
         # a weighted order without replacement (Efraimidis and Spirakis: key u ** (1 / w), largest first)
         keys = [rng.random() ** (1.0 / self.weight(g, wanted.need)) for g in candidates]
         ranked = sorted(range(len(candidates)), key=lambda i: keys[i], reverse=True)
-        seen: set[str] = set()
-        distinct = []
-        for i in ranked:  # one group per question: a question adopted twice teaches once
-            key = candidates[i].question.id.key()
-            if key not in seen:
-                seen.add(key)
-                distinct.append(candidates[i])
+        distinct = list(one_per_question(candidates[i] for i in ranked))
         return _capped(distinct, min(max(wanted.groups, 0), len(distinct)), per_peer)
 
 
