@@ -127,30 +127,18 @@ def test_arm_overrides_win_over_the_experiments_settings(tmp_path):
     }
 
 
-def test_an_arm_with_shorter_completions_is_measured_at_the_experiments_length(tmp_path, capsys):
+@pytest.mark.parametrize("field, value, default", [("max_new_tokens", 48, 128), ("temperature", 0.7, 1.0)])
+def test_an_arm_that_changes_training_only_is_measured_as_the_baseline(tmp_path, capsys, field, value, default):
     args = _args("--max-new-tokens", "128")
-    arms = [parse_arm("base:"), parse_arm("short:sampler.max_new_tokens=48")]
+    arms = [parse_arm("base:"), parse_arm(f"changed:sampler.{field}={value}")]
     check_arms(args, arms, tmp_path)
     assert "warning" not in capsys.readouterr().err  # the held-out measure is the same for both
-    base, short = (node_config(args, tmp_path, 0, a, 0, None) for a in arms)
-    assert (base.sampler.max_new_tokens, short.sampler.max_new_tokens) == (128, 48)
-    assert EvalSettings.for_config(short) == EvalSettings.for_config(base)
-    assert EvalSettings.for_config(short).max_new_tokens == 128
-    check_arms(args, [arms[0], parse_arm("evalshort:eval.max_new_tokens=48")], tmp_path)
-    assert "arm evalshort sets eval.max_new_tokens" in capsys.readouterr().err
-
-
-def test_an_arm_at_another_temperature_is_measured_at_the_default_one(tmp_path, capsys):
-    args = _args()
-    arms = [parse_arm("base:"), parse_arm("cool:sampler.temperature=0.7")]
-    check_arms(args, arms, tmp_path)
-    assert "warning" not in capsys.readouterr().err
-    base, cool = (node_config(args, tmp_path, 0, a, 0, None) for a in arms)
-    assert (base.sampler.temperature, cool.sampler.temperature) == (1.0, 0.7)
-    assert EvalSettings.for_config(cool) == EvalSettings.for_config(base)
-    assert EvalSettings.for_config(cool).temperature == 1.0
-    check_arms(args, [arms[0], parse_arm("evalcool:eval.temperature=0.7")], tmp_path)
-    assert "arm evalcool sets eval.temperature" in capsys.readouterr().err
+    base, changed = (node_config(args, tmp_path, 0, a, 0, None) for a in arms)
+    assert (getattr(base.sampler, field), getattr(changed.sampler, field)) == (default, value)
+    assert EvalSettings.for_config(changed) == EvalSettings.for_config(base)
+    assert getattr(EvalSettings.for_config(changed), field) == default
+    check_arms(args, [arms[0], parse_arm(f"evalchanged:eval.{field}={value}")], tmp_path)
+    assert f"arm evalchanged sets eval.{field}" in capsys.readouterr().err
 
 
 def test_node_configs_share_identities_across_arms_not_swarms(tmp_path):
