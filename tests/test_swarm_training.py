@@ -195,8 +195,12 @@ def test_three_embedded_model_nodes_share_real_rollouts(tmp_path, monkeypatch):
             assert m["groups/external"] + m.get("swarm/unlikely_groups", 0.0) == m["swarm/used"] <= 2, m_swarm
             # the floor's drop rate has its denominator: the used groups' distinct completions
             assert m["swarm/unlikely"] <= m["swarm/judged"] <= 8 * m["swarm/used"], m_swarm
+        # every group received is accepted or refused as one unit: honestly (no spread; all one
+        # text), or because we already trained on it (a record read twice); nothing else
         shared = sum(m["swarm/accepted"] for m in last.values())
-        assert shared == sum(m["swarm/received"] - m.get("swarm/rejected/zero_advantage", 0) for m in last.values())
+        per_group = ("rejected/zero_advantage", "rejected/duplicates", "reuse_avoided")
+        refused = sum(m.get(f"swarm/{k}", 0.0) for m in last.values() for k in per_group)
+        assert shared == sum(m["swarm/received"] for m in last.values()) - refused
         # unlikely counts completions: at most a quarter of the honest ones received (8 per group)
         assert sum(m["swarm/unlikely"] for m in last.values()) <= 0.25 * 8 * sum(
             m["swarm/received"] for m in last.values()
