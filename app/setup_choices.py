@@ -67,7 +67,7 @@ class Measured:
 
 
 SYMMETRIC = Measured("sharing-8n-*.csv", "2/0", "1/1", 100, 5, 0.007, -0.037, 0.050, (-0.330, -0.643, -0.017))
-NEWCOMER = Measured("newcomer-*2026-11-27*.csv", "alone", "mixed", 30, 6, 0.013, -0.042, 0.069, (-0.193, -0.982, 0.595))
+NEWCOMER = Measured("newcomer-50r-*.csv", "alone", "mixed", 50, 6, 0.015, -0.011, 0.040, (-0.219, -0.443, 0.006))
 MIXED4 = Measured(
     "arms-ij4-2026-11-28-seed*.csv", "4/0", "2/2-mixed", 25, 8, 0.029, 0.007, 0.051, (-0.129, -0.934, 0.677)
 )
