@@ -58,7 +58,7 @@ def test_a_group_left_without_reward_spread_goes_whole():
 
 
 def test_with_two_judges_a_completion_stays_when_either_finds_it_likely():
-    """swarm.likelihood_judge = either: our policy and the base model score every completion; one
+    """swarm.likelihood_judge = either: our policy and the base model judge each completion; one
     stays when its better score is at or above the floor. Poison unlikely to both still goes."""
 
     def sharpened(pairs):  # a trained policy: other policies' honest text looks less likely to it
@@ -83,3 +83,24 @@ def test_keeps_decides_what_is_left_of_a_group():
     assert len(v.kept) == 1 and len(v.kept[0].completions) == 2 and v.groups_dropped == 0
     default = filter_unlikely([all_right], by_text, floor=-3.0, window=2)
     assert default.kept == [] and default.groups_dropped == 1
+
+
+def test_a_second_judge_scores_only_what_the_first_found_unlikely():
+    """Either judge: the base model's forward pass runs on the completions our policy scored under
+    the floor, and not at all when it scored none there; the verdict is the one both would give."""
+    asked: list[list[str]] = []
+
+    def base(pairs):  # finds every text 2 nats a token likelier than our policy does
+        asked.append([c.text for _, c in pairs])
+        return [[x + 2.0 for x in lps] for lps in by_text(pairs)]
+
+    honest = ("lp:-4,-3", 1.0)  # ours: worst window -3.5, under -3.0; base -1.5
+    mine = ("lp:-0.5,-0.5", 0.0)  # -0.5: likely to ours, never sent to base
+    poison = ("lp:-6,-6", 1.0)  # -6 and -4: unlikely to both
+    empty = ("lp:", 0.0)  # no tokens: no score, kept, never sent to base
+    v = filter_unlikely([group("p", honest, mine, poison, empty)], [by_text, base], floor=-3.0, window=2)
+    assert asked == [["lp:-4,-3", "lp:-6,-6"]]
+    assert v.unlikely == 1 and [c.text for c in v.kept[0].completions] == ["lp:-4,-3", "lp:-0.5,-0.5", "lp:"]
+    asked.clear()
+    likely = filter_unlikely([group("p", mine, ("lp:-1", 1.0))], [by_text, base], floor=-3.0, window=2)
+    assert asked == [] and likely.unlikely == 0 and len(likely.kept) == 1

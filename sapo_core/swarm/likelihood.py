@@ -49,15 +49,16 @@ def filter_unlikely(
 ) -> LikelihoodVerdict:
     """`groups` less the completions whose likelihood score is under `floor` (a floor of 0 or more
     turns the filter off; a completion without tokens has no score and is kept). Several judges:
-    a completion stays when any of them scores it at or above the floor. `keeps(group)`: whether
-    what is left of a group may still train (default: two or more completions with reward spread)."""
+    a completion stays when any of them scores it at or above the floor, so each judge after the
+    first scores only what the ones before it found unlikely (a forward pass saved on the rest).
+    `keeps(group)`: whether what is left of a group may still train (default: two or more
+    completions with reward spread)."""
     if not groups or floor >= 0:
         return LikelihoodVerdict(list(groups))
     judges = [score] if callable(score) else list(score)
     keeps = keeps or (lambda g: len(g.completions) >= 2 and g.has_signal())
     pairs = [(g, c) for g in groups for c in g.completions]
-    by_judge = [[likelihood_score(lps, window) for lps in judge(pairs)] for judge in judges]
-    scores = iter([best_score(xs) for xs in zip(*by_judge)])
+    scores = iter(_judged(pairs, judges, floor, window))
     verdict = LikelihoodVerdict([])
     per_peer: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # peer -> [unlikely, completions]
     for g in groups:
@@ -74,6 +75,20 @@ def filter_unlikely(
             verdict.groups_dropped += 1
     verdict.peers = {peer: (bad, 2 * bad > total) for peer, (bad, total) in per_peer.items() if bad}
     return verdict
+
+
+def _judged(pairs: list, judges: Sequence[ScoreCompletions], floor: float, window: int) -> list[float]:
+    """Each pair's best score over `judges`, asking a judge only about the pairs every judge before
+    it scored under `floor` (NaN, no tokens, is under nothing: no judge has a score for it)."""
+    scores = [likelihood_score(lps, window) for lps in judges[0](pairs)]
+    for judge in judges[1:]:
+        doubtful = [i for i, s in enumerate(scores) if s < floor]
+        if not doubtful:
+            break
+        again = judge([pairs[i] for i in doubtful])
+        for i, lps in zip(doubtful, again):
+            scores[i] = best_score([scores[i], likelihood_score(lps, window)])
+    return scores
 
 
 def best_score(scores: Sequence[float]) -> float:
