@@ -77,7 +77,7 @@ class ModelConfig:
 # Difficulty levels every dataset has, easiest first (the configs are tasks.LEVELS).
 LEVEL_NAMES = ("easy", "medium", "hard")
 # Prompt styles of tasks.PROMPTS (named here so the config can be checked without it).
-PROMPT_STYLES = ("answer_line", "one_shot", "plain", "tags")
+PROMPT_STYLES = ("answer_line", "one_shot", "plain", "tags", "worked")
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,10 @@ class TaskConfig:
     curriculum_lower: float = setting("Rolling accuracy at or below which a raised level falls back.", 0.02)
     prompt: str = setting(
         "How questions are asked: 'one_shot' (a solved example of the same dataset and level, then the "
-        "question; asks for a final 'Answer: ...' line), 'answer_line' (the same without the example), "
-        "'plain' (the question only) or 'tags' (<answer> tags).",
+        "question; asks for a final 'Answer: ...' line), 'worked' (the same, the example's answer showing its "
+        "working where the question's expression is that working: '9 - 8 = 1' above 'Answer: 1' in "
+        "basic_arithmetic), 'answer_line' (without the example), 'plain' (the question only) or 'tags' "
+        "(<answer> tags).",
         "one_shot",
     )
     partial_credit: bool = setting(

@@ -244,6 +244,7 @@ def level_of(question: Question) -> tuple[str, int]:
 class PromptStyle:
     instruction: str  # appended to the question; "" for none
     one_shot: bool = False  # precede the question with a solved example of the same dataset and level
+    worked: bool = False  # the example's answer shows its working where the dataset's metadata gives it
 
 
 PROMPTS: dict[str, PromptStyle] = {
@@ -251,6 +252,9 @@ PROMPTS: dict[str, PromptStyle] = {
     "answer_line": PromptStyle("Give your final answer on the last line, in the form:\nAnswer: <answer>"),
     "tags": PromptStyle("Put your final answer between <answer> and </answer>."),
     "one_shot": PromptStyle("Give your final answer on the last line, in the form:\nAnswer: <answer>", one_shot=True),
+    "worked": PromptStyle(
+        "Give your final answer on the last line, in the form:\nAnswer: <answer>", one_shot=True, worked=True
+    ),
 }
 EXAMPLE_SEED = MAX_SEED - 1  # one-shot examples come from this seed (fixed per dataset and level)
 
@@ -262,6 +266,20 @@ def _user_text(style: PromptStyle, text: str) -> str:
 def answer_text(answer: str) -> str:
     """An answer in the asked format; a multi-line answer (a matrix) goes below the marker."""
     return f"Answer:\n{answer}" if "\n" in answer else f"Answer: {answer}"
+
+
+def worked_answer_text(question: Question) -> str:
+    """The answer of a solved example with its working above the Answer line, where the working
+    is the question's own expression: basic_arithmetic's '9 - 8 = 1'. A 135M model that writes the
+    expression first completes it as it has seen sums written, and more often rightly than straight
+    after 'Answer:' (docs/experiment.md, 'A worked example'). Elsewhere the answer alone: written-out
+    working for fractions and weekdays made the base model's answers 2-3x longer and no better."""
+    expression = (
+        question.entry.get("metadata", {}).get("expression") if question.id.dataset == "basic_arithmetic" else None
+    )
+    if not isinstance(expression, str) or "\n" in question.answer:
+        return answer_text(question.answer)
+    return f"{expression.strip()} = {question.answer}\n{answer_text(question.answer)}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -286,7 +304,10 @@ def build_messages(question: Question, prompt: str, system_prompt: str = "") -> 
         example = one_shot_example(question.id.dataset, question.id.config_digest)
         messages += [
             {"role": "user", "content": _user_text(style, example.text)},
-            {"role": "assistant", "content": answer_text(example.answer)},
+            {
+                "role": "assistant",
+                "content": worked_answer_text(example) if style.worked else answer_text(example.answer),
+            },
         ]
     messages.append({"role": "user", "content": _user_text(style, question.text)})
     return messages

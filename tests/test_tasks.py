@@ -169,9 +169,33 @@ def test_messages_per_prompt_style():
     assert example != shot[3]["content"] and shot[2]["content"].startswith("Answer: ")
 
 
+def test_the_worked_example_shows_its_expression_above_the_answer_line():
+    q = regenerate(qid("basic_arithmetic", 0, index=3))
+    worked = TaskSet(TaskConfig(prompt="worked"), 0).messages(q)
+    shot = TaskSet(TaskConfig(prompt="one_shot"), 0).messages(q)
+    # the example of basic_arithmetic's easy level is "Calculate 9 - 8." (EXAMPLE_SEED, index 0)
+    assert shot[0]["content"].startswith("Calculate 9 - 8.") and shot[1]["content"] == "Answer: 1"
+    assert worked[1]["content"] == "9 - 8 = 1\nAnswer: 1"
+    assert worked[0] == shot[0] and worked[2] == shot[2]  # only the example's answer differs
+    medium = regenerate(qid("basic_arithmetic", 2))
+    example = TaskSet(TaskConfig(prompt="worked"), 0).messages(medium)[1]["content"]
+    expression = one_shot_example("basic_arithmetic", qid("basic_arithmetic", 2).config_digest).entry["metadata"]
+    assert example == f"{expression['expression']} = -135\nAnswer: -135"
+
+
+@pytest.mark.parametrize("dataset", [d for d in PAPER_SPECIALTIES if d != "basic_arithmetic"])
+def test_the_worked_style_asks_other_datasets_as_one_shot_does(dataset):
+    for level in range(len(LEVELS[dataset])):
+        q = regenerate(qid(dataset, level))
+        assert TaskSet(TaskConfig(prompt="worked"), 0).messages(q) == TaskSet(
+            TaskConfig(prompt="one_shot"), 0
+        ).messages(q)
+
+
+@pytest.mark.parametrize("style", ["one_shot", "worked"])
 @pytest.mark.parametrize("dataset", PAPER_SPECIALTIES)
-def test_one_shot_examples_are_right_and_fixed(dataset):
-    tasks = TaskSet(TaskConfig(prompt="one_shot"), seed=0)
+def test_one_shot_examples_are_right_and_fixed(dataset, style):
+    tasks = TaskSet(TaskConfig(prompt=style), seed=0)
     for level in range(len(LEVELS[dataset])):
         shots = [tasks.messages(regenerate(qid(dataset, level, index=i)))[:2] for i in (1, 2)]
         assert shots[0] == shots[1]  # one example per (dataset, level), whatever the question
