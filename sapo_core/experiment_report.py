@@ -206,6 +206,26 @@ def difference(rows: list[dict], baseline: str, arm: str, column: str = "eval_so
     return compare(final_values(rows, column), arm_sharing(rows), baseline, arm)
 
 
+def gain_values(rows: list[dict], column: str = "eval_solve_rate") -> dict[NodeKey, float]:
+    """(seed, arm, node) -> the final held-out `column` minus the node's own base model's (the
+    `<column>_base` the CSV carries): what training added, whatever the prompt asked."""
+    final, base = final_values(rows, column), final_values(rows, f"{column}_base")
+    return {k: final[k] - base[k] for k in final if k in base}
+
+
+def gain_difference(rows: list[dict], baseline: str, arm: str, column: str = "eval_solve_rate") -> Comparison | None:
+    """arm - baseline in the gain over each arm's own base model, paired as `compare` says; None
+    where the two arms' base models score the same (then it equals `difference`). An arm that asks
+    the held-out questions another way (`tasks.prompt`, `tasks.system_prompt`) starts elsewhere:
+    this says what its training added, `difference` where its node ends."""
+    base = final_values(rows, f"{column}_base")
+    a = {v for (_, arm_, _), v in base.items() if arm_ == arm}
+    b = {v for (_, arm_, _), v in base.items() if arm_ == baseline}
+    if not a or not b or statistics.fmean(a) == statistics.fmean(b):
+        return None
+    return compare(gain_values(rows, column), arm_sharing(rows), baseline, arm)
+
+
 def training_difference(rows: list[dict], baseline: str, arm: str) -> Comparison:
     """The paper's kind of measure beside the held-out one: the training solve rate of each node's
     own questions over all rounds, arm - baseline, paired as `compare` says. Each node's curriculum

@@ -21,6 +21,7 @@ from sapo_core.experiment_report import (
     dataset_columns,
     difference,
     final_values,
+    gain_difference,
     hourly_difference,
     interval_words,
     mean_ci,
@@ -158,6 +159,13 @@ def comparison_lines(rows: list[dict], baseline: str, arm: str, columns: list[st
     dcap = difference(rows, baseline, arm, "eval_capability")
     if dcap.n:
         lines.append(f"  every level (capability): {dcap.mean:+.3f} ({dcap.interval()}) over {dcap.units()}")
+    for column, what in (("eval_solve_rate", "start level"), ("eval_capability", "every level")):
+        g = gain_difference(rows, baseline, arm, column)
+        if g is not None and g.n:
+            lines.append(
+                f"  gain over each arm's own base model ({what}; the base models differ), {arm} - {baseline}: "
+                f"{g.mean:+.3f} ({g.interval()}) over {g.units()}"
+            )
     h = hourly_difference(rows, baseline, arm)
     if h.n:
         lines.append(

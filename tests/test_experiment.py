@@ -34,12 +34,13 @@ from sapo_core.experiment_report import (
     cost_ratios,
     difference,
     final_values,
+    gain_difference,
     hourly_difference,
     mean_ci,
     total_rewards,
     training_difference,
 )
-from sapo_core.experiment_summary import phase_words, reward_lines, tail_words
+from sapo_core.experiment_summary import comparison_lines, phase_words, reward_lines, tail_words
 
 
 def _args(*argv):
@@ -214,6 +215,33 @@ def test_a_sharing_arm_pairs_by_seed_by_hand():
     assert d.units() == "2 seeds" and mean_ci([0.25]) == (0.25, 0.25, 0.25)
     one = difference([r for r in ROWS if r["seed"] == 0], "base", "share")
     assert one.n == 1 and one.interval() == "no interval from one seed"
+
+
+def test_an_arm_asked_another_way_is_compared_on_its_gain_too_by_hand():
+    """Arm `worked` asks the held-out questions with another prompt: its base model scores 0.25
+    against `base`'s 0.1. Finals base 0.2, 0.4 and worked 0.45, 0.55: it ends +0.25 and +0.15 higher,
+    but training added 0.2 and 0.3 against 0.1 and 0.3: gains +0.1 and +0.0, mean +0.05, t(1)
+    12.706 x sd 0.0707 / sqrt 2 = 0.635 either side. Where the bases agree there is no such line."""
+    rows = []
+    for arm, base, finals in (("base", 0.1, (0.2, 0.4)), ("worked", 0.25, (0.45, 0.55))):
+        for node, final in enumerate(finals):
+            rows += [
+                dict(_row(0, arm, node, 1, base), eval_solve_rate_base=base),
+                dict(_row(0, arm, node, 2, final), eval_solve_rate_base=base),
+            ]
+    assert difference(rows, "base", "worked").diffs == pytest.approx([0.25, 0.15])
+    g = gain_difference(rows, "base", "worked")
+    assert g.keys == [(0, 0), (0, 1)] and g.diffs == pytest.approx([0.1, 0.0])
+    assert g.mean == pytest.approx(0.05) and g.hi - g.mean == pytest.approx(0.635, abs=1e-3)
+    lines = comparison_lines(rows, "base", "worked", [])
+    assert any(
+        line.startswith(
+            "  gain over each arm's own base model (start level; the base models differ), worked - base: +0.050"
+        )
+        for line in lines
+    )
+    assert gain_difference(ROWS, "base", "lr") is None
+    assert not any("own base model" in line for line in comparison_lines(ROWS, "base", "lr", []))
 
 
 def test_training_solve_rate_difference_by_hand():
