@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 from pathlib import Path
 
@@ -47,12 +48,22 @@ def busy_seconds() -> float:
     return sum(getattr(t, f) for f in t._fields if f not in skip)
 
 
+def usable_cpus() -> int:
+    """Logical CPUs this process may run on: its affinity mask where the OS has one (a container
+    or `taskset` narrows it below what psutil counts), else every logical CPU; at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return psutil.cpu_count(logical=True) or 1
+
+
 def physical_cores() -> int:
-    """Physical cores (logical CPUs where psutil cannot tell), at least 1."""
-    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    """Physical cores (logical CPUs where psutil cannot tell), capped at the CPUs this process may
+    use, at least 1: a node's thread count starts here, and more threads than usable CPUs only
+    take turns."""
+    return max(1, min(psutil.cpu_count(logical=False) or psutil.cpu_count() or 1, usable_cpus()))
 
 
-__all__ = ["tree_cpu_seconds", "tree_usage", "busy_seconds", "physical_cores"]
+__all__ = ["tree_cpu_seconds", "tree_usage", "busy_seconds", "physical_cores", "usable_cpus"]
 
 
 def cpu_flags() -> set[str] | None:

@@ -150,7 +150,7 @@ def merged_model(policy: Any) -> Any:
 
 
 def write_gguf(trained: Trained, out: Path, quant: str, threads: int, progress: Progress) -> Path:
-    from sapo_core.sampler.llamacpp import physical_cores
+    from sapo_core.cpu import physical_cores
     from sapo_core.sampler.llamacpp_engine import quantize
     from sapo_core.sampler.lora_gguf import ExportError, export_full_gguf
 

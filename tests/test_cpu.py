@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
 import psutil
+import pytest
 
-from sapo_core.cpu import busy_seconds, physical_cores, tree_cpu_seconds, tree_usage
+from sapo_core.cpu import busy_seconds, physical_cores, tree_cpu_seconds, tree_usage, usable_cpus
 
 
 def test_a_child_s_cpu_counts_in_its_parent_s_tree():
@@ -43,3 +45,14 @@ def test_busy_seconds_grow_with_work_and_cores_are_counted():
         pass
     assert busy_seconds() - before >= 0.2
     assert 1 <= physical_cores() <= (psutil.cpu_count() or 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no affinity masks on this OS")
+def test_cores_are_capped_at_the_cpus_this_process_may_use(monkeypatch):
+    # A container or `taskset -c 0` leaves one CPU to a process on a machine psutil sees whole:
+    # threads beyond it only take turns on that one CPU.
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 16 if logical else 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert usable_cpus() == 1 and physical_cores() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert usable_cpus() == 16 and physical_cores() == 8

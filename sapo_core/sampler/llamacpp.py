@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from sapo_core.config import SamplerConfig
+from sapo_core.cpu import physical_cores
 from sapo_core.hooks import Interrupted, RoundHooks
 from sapo_core.sampler.base import SampledSequence, SamplerError, SamplingParams
 from sapo_core.sampler.guard import WorkerProcess
@@ -58,10 +59,6 @@ def llamacpp_available() -> tuple[bool, str]:
     except importlib.metadata.PackageNotFoundError:
         version = "unknown version"
     return True, f"llama-cpp-python {version}"
-
-
-def physical_cores() -> int:
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def _source_key(path: Path) -> str:
