@@ -10,7 +10,8 @@ checks it in a fresh interpreter): the node process does the work, the app start
   `export_dialog`: Export…; `jobs`: a `sapo-node` command as a child process; `theme`: colours.
 - `wizard` (+ `hardware_scan`): the first run. `window`: the main window. `tray`: the tray icon.
 - `settings`: QSettings for the UI, node.toml for the node. `single`: one instance at a time.
-- `main`: `sapo-swarm`. `screenshots`: a PNG of each screen.
+- `main`: `sapo-swarm`. `screenshots`: a PNG of each screen. `doctor_probe`: `sapo-node doctor`'s
+  Qt checks, run in a child process.
 """
 
 APP_NAME = "SAPO Swarm"

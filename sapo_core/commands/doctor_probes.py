@@ -130,29 +130,7 @@ print(json.dumps({"version": hivemind.__version__, "start_s": started, "stored":
                   "read_back": got is not None and got.value == b"ping", "maddr": maddrs[0]}))
 """
 
-QT_PROBE = """
-import json, os
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-import PySide6
-from PySide6 import QtCore
-from PySide6.QtWidgets import QApplication, QLabel
-app = QApplication([])
-label = QLabel("ok"); label.resize(64, 24)
-image = label.grab()
-print(json.dumps({"pyside": PySide6.__version__, "qt": QtCore.qVersion(),
-                  "grab": [image.width(), image.height()]}))
-"""
-
-
-DISPLAY_PROBE = """
-import json, os, sys
-os.environ.pop("QT_QPA_PLATFORM", None)  # the platform the app will use on this display
-from PySide6 import QtCore
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication, QLabel
-app = QApplication([])
-label = QLabel("ok"); label.resize(64, 24); label.show()
-QtCore.QTimer.singleShot(200, app.quit)
-app.exec()
-print(json.dumps({"platform": QGuiApplication.platformName(), "qt": QtCore.qVersion()}))
-"""
+# The two Qt checks are the app's own code (app/doctor_probe.py), run in the child like the rest:
+# the engine's source never imports Qt.
+QT_PROBE = "from app.doctor_probe import main; main('offscreen')"
+DISPLAY_PROBE = "from app.doctor_probe import main; main('display')"
