@@ -93,6 +93,7 @@ def test_the_wizard_measures_this_computer_while_the_first_page_is_read(qtbot, d
         pass
     report = measured.args[0]
     assert report.measured and report.probe["round_seconds"] > 0
+    assert not list((tmp_path / "fresh-cache").glob("eval/base-*.json"))  # two rounds, no held-out evaluation
     assert "Measured on this computer" in wizard.measure_label.text() and not wizard.scan_busy.isVisible()
     shown = {
         wizard.models.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole): wizard.models.topLevelItem(i).text(4)

@@ -217,6 +217,7 @@ def run_probe(cache_dir: Path) -> Probe:
                 "round.external_groups": 0,
                 "round.auto_scale": False,
                 "train.kl_beta": 0.01,
+                "eval.enabled": False,  # the base model's held-out score is no part of a round's cost
                 "run_dir": tmp,
                 **PROBE_SHAPE,
             }
