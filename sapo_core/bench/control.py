@@ -126,12 +126,13 @@ def _throttled_round(client: NodeClient, share: float) -> float:
     return (tree_cpu_seconds(client.pid) - c0) / (time.monotonic() - t0)
 
 
-def _measure_throttle(client: NodeClient, repeats: int) -> dict[float, float]:
+def _measure_throttle(
+    client: NodeClient, repeats: int, shares: tuple[float, ...] = (0.75, 0.5, 0.25)
+) -> dict[float, float]:
     """Measured share per throttle. Whole rounds alternate unthrottled and throttled (100, 75, 100,
     50, 100, 25, 100, ...), `repeats` times: each throttled round's CPU rate is divided by the mean
     of the two unthrottled rounds beside it, so that other jobs coming and going cancel out; the
     ratios of a share are averaged."""
-    shares = (0.75, 0.5, 0.25)
     ratios: dict[float, list[float]] = {s: [] for s in shares}
     client.wait_for(lambda e: isinstance(e, P.RoundDone), 1800)  # start at a round's end
     before = _throttled_round(client, 1.0)

@@ -16,8 +16,9 @@ After every round of the node: the RSS of the node's process tree (the worker an
 daemon; the worker alone too), its open files and threads, its p2pd processes, the run
 directory's size on disk (store and checkpoints), the round's time. Written to `soak.csv`.
 After warm-up and again after the last round, the app's controls on the soaking node, measured
-as `sapo-bench control` does (`--pauses` pauses, command to paused; one throttle pass at 75, 50
-and 25 %): whether pause and throttle keep their figures after days. Those rounds are not rows.
+as `sapo-bench control` does (`--pauses` pauses, command to paused; one throttle pass at 50 %, a
+throttled round between two unthrottled ones; before 2026-12-03 also 75 and 25 %, four rounds
+more): whether pause and throttle keep their figures after days. Those rounds are not rows.
 With `--app` (the default) the desktop app's window follows the node offscreen in a process of
 its own (`app/soakwatch.py`: each round as the app's round event, then the dashboard's redraw), and
 each row has the window's RSS and its latest redraw's CPU time.
@@ -73,7 +74,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=5,
         help="pauses timed after warm-up and again after the last round, each with one throttle pass at "
-        "75/50/25 %% (`sapo-bench control`'s measures; those rounds are not in the CSV); 0: none",
+        "50 %% (`sapo-bench control`'s measures; those rounds are not in the CSV); 0: none",
     )
     parser.add_argument(
         "--app",
@@ -409,13 +410,13 @@ class AppWatch:
 
 def control_probe(client, pauses: int, rng: random.Random, after: int) -> dict[str, float]:
     """The app's controls on the soaking node, as `sapo-bench control` measures them: the p95
-    of `pauses` pauses (command to paused), and one throttle pass (75, 50, 25 %: each throttled
-    round's CPU rate over the unthrottled rounds beside it)."""
+    of `pauses` pauses (command to paused), and one throttle pass at 50 % (the throttled round's
+    CPU rate over the unthrottled rounds beside it; `sapo-bench control` measures 75 and 25 % too)."""
     from sapo_core.bench.control import _measure_pauses, _measure_throttle, percentile
 
     print(f"controls, after round {after}:", flush=True)
     times = [latency for _, latency, _ in _measure_pauses(client, pauses, rng)]
-    shares = _measure_throttle(client, 1)
+    shares = _measure_throttle(client, 1, (0.5,))  # the share the summary names: 3 rounds, not 7
     client.set_throttle(1.0)
     return {"pause_p95": percentile(times, 0.95), **{f"throttle_{round(100 * k)}": v for k, v in shares.items()}}
 
