@@ -321,13 +321,22 @@ def test_a_shipped_base_result_is_used_for_its_model_file_only(tiny, tmp_path, m
 @pytest.mark.slow
 def test_the_shipped_base_result_is_what_this_machine_measures(capsys):
     """resources/eval-base/: the embedded model's base result at the default settings, measured again
-    here completion by completion (sapo-bench baseeval): a new node's first round skips the
-    minute-long base evaluation on the strength of it."""
+    here completion by completion (sapo-bench baseeval) on the first quarter of each set (each
+    question has its own seed; the whole set is the benchmark's): a new node's first round skips
+    the minute-long base evaluation on the strength of it."""
     from sapo_core.bench.cli import main
 
-    assert main(["baseeval", "--threads", "1"]) == 0
+    assert main(["baseeval", "--threads", "1", "--questions", "24"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert "shipped: the same" in line, line
+    assert "(24 questions x 4)" in line and "(+24 x 4)" in line, line
+    assert "shipped: the same (216 of 216 completions)" in line, line  # 24 x (4 + 1 greedy) + 24 x 4
+
+
+def test_the_shipped_base_result_is_written_only_from_every_question(capsys):
+    from sapo_core.bench.cli import main
+
+    assert main(["baseeval", "--write", "--questions", "3"]) == 2
+    assert "--write needs every question" in capsys.readouterr().err
 
 
 @pytest.mark.slow
