@@ -217,6 +217,8 @@ def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir):
             "round.external_groups": 0,
             "sampler.group_size": 4,
             "sampler.max_new_tokens": 48,
+            "eval.questions": 2,  # the base model's evaluation before round 1: seconds, not minutes
+            "eval.level_questions": 0,
         }
     )
     node = Node(cfg)
