@@ -333,6 +333,23 @@ def test_the_committed_side_by_side_costs_recompute():
     }
 
 
+def test_the_committed_curriculum_off_arm_recomputes():
+    """The results README and experiment.md quote nocurr (tasks.curriculum=false) against base over
+    8 (seed, node) pairs: start level +0.007 (-0.023..+0.037), every level +0.004 (-0.008..+0.016),
+    training solve rate +0.094 (+0.074..+0.114): recomputed from the committed CSVs."""
+    results = Path(__file__).parents[1] / "docs" / "results"
+    names = ["lab-2026-11-27-band.csv", "lab-2026-11-27-band-seed1.csv", "lab-2026-12-04-nocurr.csv"]
+    rows, _, _ = read_rows([str(results / n) for n in names])
+    rows = [r for r in rows if r["arm"] in ("base", "nocurr")]
+
+    def rounded(c):
+        return c.unit, c.n, round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)
+
+    assert rounded(difference(rows, "base", "nocurr")) == ("node", 8, 0.007, -0.023, 0.037)
+    assert rounded(difference(rows, "base", "nocurr", "eval_capability"))[2:] == (0.004, -0.008, 0.016)
+    assert rounded(training_difference(rows, "base", "nocurr"))[2:] == (0.094, 0.074, 0.114)
+
+
 def test_where_a_node_round_goes_by_hand(tmp_path):
     """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
     -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the
