@@ -1,6 +1,6 @@
 """Step 5 of the round: scored groups -> the sequences the update trains on, with advantages.
 
-Each group's advantages are its rewards normalised within the group (grpo.py). What trains:
+Each group's advantages are its rewards centred and normalised within the group (grpo.py). What trains:
 - our own groups with their sampled token ids and the sampler's log-probs (the trainer checks
   its own against them); a completion that stopped by itself carries the stop token, so the
   policy learns when to stop;
@@ -16,6 +16,10 @@ Each group's advantages are its rewards normalised within the group (grpo.py). W
   wrong, with a peer's verified right completion added as a guide (LUFFY's mixed group, arXiv
   2504.14945): the group's advantages span both, our completions train as ours, the guide as a
   peer's text with `guide` set (the trainer shapes its tokens). Each yields a receipt.
+With `train.advantage_scale = batch` every group's centred rewards are divided by one std, that of
+the rewards of our own local groups in the batch pooled (Lite PPO; grpo.batch_std); peers' and mixed
+groups take that scale too, so nothing a peer sends changes the weight of our own completions
+(with no local group in the batch, the std of every group's rewards). `none` divides by nothing.
 Groups without reward spread are left out when there is no KL term: their advantage is exactly
 0 and they would change no weight.
 """
@@ -23,7 +27,7 @@ Groups without reward spread are left out when there is no KL term: their advant
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -63,10 +67,12 @@ class BatchRules:
     max_new_tokens: int  # peers' completions are cut to this (sampler.max_new_tokens)
     skip_flat: bool  # leave out groups without reward spread (no KL term: train.kl_beta == 0)
     external_token_budget: int  # peers' tokens per update, 0 for no limit (swarm.max_external_tokens)
+    advantage_scale: str = "group"  # train.advantage_scale: group, batch or none
 
     @classmethod
     def for_config(cls, cfg: NodeConfig) -> BatchRules:
-        return cls(cfg.sampler.max_new_tokens, cfg.train.kl_beta == 0, cfg.swarm.max_external_tokens)
+        t = cfg.train
+        return cls(cfg.sampler.max_new_tokens, t.kl_beta == 0, cfg.swarm.max_external_tokens, t.advantage_scale)
 
 
 def training_batch(
@@ -81,11 +87,14 @@ def training_batch(
     """`local` groups with their encoded `prompts`, then `external` ones (prompts from `prompt_of`),
     then `mixed` ones."""
     batch = Batch()
+    own_rewards: list[float] = []  # of the local groups trained (advantage_scale = batch)
+    all_rewards: list[float] = []
     for g, prompt in zip(local, prompts):
         if rules.skip_flat and not g.has_signal():
             continue
         batch.groups += 1
-        for c, a in zip(g.completions, _advantages(g)):
+        own_rewards += g.rewards
+        for c, a in zip(g.completions, _advantages(g, rules)):
             batch.sequences.append(_own_sequence(policy, prompt, c, a))
     budget = rules.external_token_budget or float("inf")
     for g in external:
@@ -97,10 +106,11 @@ def training_batch(
             batch.capped += 1
             continue
         budget -= tokens
+        all_rewards += g.rewards
         batch.groups += 1
         batch.receipts.append((g.source, g.round, g.index))
         prompt = prompt_of(g.question)
-        for c, x, a in zip(g.completions, ids, _advantages(g)):
+        for c, x, a in zip(g.completions, ids, _advantages(g, rules)):
             lps = None
             if c.sample_logprobs is not None:  # lined up with our tokens; the stop token's is not sent
                 lps = (list(c.sample_logprobs) + [float("nan")] * len(x))[: len(x)]
@@ -111,12 +121,16 @@ def training_batch(
             continue
         batch.groups += 1
         batch.receipts.append(m.receipt)
-        advantages = _advantages(whole)
+        all_rewards += whole.rewards
+        advantages = _advantages(whole, rules)
         for c, a in zip(m.own.completions, advantages):
             batch.sequences.append(_own_sequence(policy, m.prompt, c, a))
         for c, a in zip(m.guides, advantages[len(m.own.completions) :]):
             ids = external_token_ids(policy, c, rules.max_new_tokens)
             batch.sequences.append(TrainSequence(m.prompt, ids, a, None, peer=True, guide=True))
+    if rules.advantage_scale == "batch" and batch.sequences:
+        std = grpo.batch_std(own_rewards or all_rewards)
+        batch.sequences = [replace(x, advantage=x.advantage / std) for x in batch.sequences]
     return batch
 
 
@@ -129,8 +143,10 @@ def _own_sequence(policy, prompt: list[int], c: Completion, advantage: float) ->
     return TrainSequence(prompt, ids, advantage, lps if c.sample_logprobs is not None else None)
 
 
-def _advantages(g: Group) -> list[float]:
-    return grpo.group_advantages(torch.tensor([g.rewards]))[0].tolist()  # (1, G) -> (G,)
+def _advantages(g: Group, rules: BatchRules) -> list[float]:
+    """Centred and divided by the group's std (scale group), or only centred (batch: divided later)."""
+    scale = "group" if rules.advantage_scale == "group" else "none"
+    return grpo.group_advantages(torch.tensor([g.rewards]), scale=scale)[0].tolist()  # (1, G) -> (G,)
 
 
 __all__ = ["Batch", "BatchRules", "Mixed", "training_batch", "external_token_ids"]

@@ -236,6 +236,12 @@ class TrainConfig:
         "fewer tokens through the backward; the gradient through the prompt's keys and values is left out).",
         True,
     )
+    advantage_scale: str = setting(
+        "What a group's centred rewards are divided by: group (its own std, GRPO and the SAPO paper), batch "
+        "(the std of every reward of the round's own groups pooled, Lite PPO, arXiv 2508.08221; peers' groups "
+        "take that scale too) or none (no division, Dr. GRPO, arXiv 2503.20783).",
+        "group",
+    )
     guide_gamma: float = setting(
         "With swarm.take = mixed: the gamma of LUFFY's policy shaping p / (p + gamma) on the tokens of a peer's "
         "right answer added to our own all-wrong group (arXiv 2504.14945 uses 0.1).",
@@ -266,6 +272,9 @@ class TrainConfig:
         check(0 <= self.checkpoint_share <= 1, "train.checkpoint_share", "must be in [0, 1]")
         check(self.precision in ("auto", "fp32", "bf16"), "train.precision", "must be auto, fp32 or bf16")
         check(self.device in ("auto", "cpu", "cuda"), "train.device", "must be auto, cpu or cuda")
+        check(
+            self.advantage_scale in ("group", "batch", "none"), "train.advantage_scale", "must be group, batch or none"
+        )
         check(self.peer_correction in ("none", "tis"), "train.peer_correction", "must be none or tis")
         check(self.peer_ratio_cap >= 1, "train.peer_ratio_cap", "must be at least 1")
         check(self.peer_kl_max > 0, "train.peer_kl_max", "must be positive")

@@ -16,17 +16,30 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
-    """(N, G) rewards -> (N, G) advantages: (r - mean) / std within each group.
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-4, scale: str = "group") -> torch.Tensor:
+    """(N, G) rewards -> (N, G) advantages: r - the group's mean, divided by the group's std
+    (`scale="group"`, GRPO) or not divided (`"none"`: Dr. GRPO, arXiv 2503.20783, and the first half
+    of Lite PPO's batch scaling, `batch_std` below).
 
     A group whose rewards are all equal carries no signal and gets exactly zero, whatever eps.
     std is the unbiased one (as in TRL / DeepSeekMath).
     """
     mean = rewards.mean(dim=1, keepdim=True)  # (N, 1)
-    std = rewards.std(dim=1, keepdim=True, unbiased=True)  # (N, 1)
-    adv = (rewards - mean) / (std + eps)
+    adv = rewards - mean
+    if scale == "group":
+        adv = adv / (rewards.std(dim=1, keepdim=True, unbiased=True) + eps)  # (N, 1) std
     flat = (rewards.max(dim=1, keepdim=True).values - rewards.min(dim=1, keepdim=True).values) <= 1e-9
     return torch.where(flat, torch.zeros_like(adv), adv)
+
+
+def batch_std(rewards: list[float], eps: float = 1e-4) -> float:
+    """The divisor of Lite PPO's advantages (group mean, batch std; arXiv 2508.08221): the
+    unbiased std of every reward of the batch's groups, pooled, plus eps. Where a group's spread is
+    small next to the batch's, its advantages stay small, where GRPO's per-group std would blow them
+    up to the size of any other group's."""
+    if len(rewards) < 2:
+        return 1.0
+    return float(torch.tensor(rewards, dtype=torch.float64).std(unbiased=True)) + eps
 
 
 @dataclass

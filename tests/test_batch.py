@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from sapo_core.batch import BatchRules, training_batch
@@ -94,3 +96,48 @@ def test_a_mixed_group_spans_our_completions_and_the_guide(policy):
     assert g.completion_ids == policy.encode_completion("Answer: 4") + [policy.tokenizer.eos_token_id]
     flat = Mixed(ours([1.0, 1.0]), [1], [Completion("Answer: 4", reward=1.0)], ("peer-a", 7, 3))
     assert training_batch(policy, lambda q: [9], [], [], [], BatchRules(128, True, 0), [flat]).groups == 0
+
+
+def test_advantage_scales_hand_computed(policy):
+    """Two local groups, 1 0 0 0 and 1 1 0 0 (and a flat one, left out): group divides each by its
+    own std (0.5 and sqrt(1/3)), none by nothing, batch by the pooled std sqrt(15/56) of the eight."""
+    local = [ours([1.0, 0.0, 0.0, 0.0]), ours([1.0, 1.0, 0.0, 0.0]), ours([0.0, 0.0, 0.0, 0.0])]
+
+    def advantages(scale):
+        b = training_batch(policy, lambda q: [1], local, [[5]] * 3, [], BatchRules(64, True, 0, scale))
+        return [s.advantage for s in b.sequences]
+
+    centred = [0.75, -0.25, -0.25, -0.25, 0.5, 0.5, -0.5, -0.5]
+    s1, s2, pooled = 0.5 + 1e-4, math.sqrt(1 / 3) + 1e-4, math.sqrt(15 / 56) + 1e-4
+    assert advantages("group") == pytest.approx([a / s1 for a in centred[:4]] + [a / s2 for a in centred[4:]])
+    assert advantages("none") == pytest.approx(centred)
+    assert advantages("batch") == pytest.approx([a / pooled for a in centred])
+
+
+def test_under_batch_scale_a_peer_changes_no_weight_of_ours(policy):
+    """Hostile peers: groups whose rewards differ by a hair (which the group's own std would blow up
+    to the size of any other group's) and many all-but-one-wrong ones. Under batch scale our own
+    advantages are those without them, and the hair stays a hair."""
+    local = [ours([1.0, 0.0, 0.0, 0.0]), ours([1.0, 1.0, 0.0, 0.0])]
+    hostile = [theirs("evil", 0, [0.0, 0.001, 0.0, 0.0])] + [
+        theirs("evil", i, [1.0, 0.0, 0.0, 0.0]) for i in range(1, 9)
+    ]
+
+    def batch(external, scale="batch"):
+        return training_batch(policy, lambda q: [1], local, [[5]] * 2, external, BatchRules(64, True, 0, scale))
+
+    alone, attacked = batch([]), batch(hostile)
+    assert [s.advantage for s in attacked.sequences[:8]] == [s.advantage for s in alone.sequences]
+    hair = [abs(s.advantage) for s in attacked.sequences[8:12]]
+    assert max(hair) < 0.002
+    assert max(abs(s.advantage) for s in batch(hostile, "group").sequences[8:12]) == pytest.approx(
+        1.25
+    )  # 0.00075 / (0.0005 + eps)
+
+
+def test_an_unknown_advantage_scale_is_refused_by_name():
+    from sapo_core.config import NodeConfig
+    from sapo_core.config_schema import ConfigError
+
+    with pytest.raises(ConfigError, match="train.advantage_scale"):
+        NodeConfig().replace(**{"train.advantage_scale": "token"})

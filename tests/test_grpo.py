@@ -27,6 +27,18 @@ def test_groups_are_normalised_independently():
     assert adv[1].tolist() == pytest.approx([-s, s])
 
 
+def test_advantages_without_the_std_are_only_centred():
+    # Dr. GRPO: mean 0.25, nothing divided; a flat group still exactly zero
+    adv = grpo.group_advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]), scale="none")
+    assert adv.tolist() == [[0.75, -0.25, -0.25, -0.25], [0.0, 0.0, 0.0, 0.0]]
+
+
+def test_batch_std_pools_every_reward():
+    # 1 0 0 0 and 1 1 0 0: mean 3/8, squared deviations 3 x (5/8)^2 + 5 x (3/8)^2 = 15/8, / 7 -> sqrt(15/56)
+    assert grpo.batch_std([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0], eps=0.0) == pytest.approx(math.sqrt(15 / 56))
+    assert grpo.batch_std([1.0]) == 1.0 and grpo.batch_std([]) == 1.0  # nothing to pool: divide by 1
+
+
 @pytest.mark.parametrize(
     "ratio, adv, loss, low, high",
     [
