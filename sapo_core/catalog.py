@@ -17,7 +17,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from sapo_core.config import NodeConfig
-from sapo_core.estimates import MemoryEstimate, RoundEstimate, estimate_memory, estimate_round
+from sapo_core.estimates import FORMULA_BASIS, MemoryEstimate, RoundEstimate, estimate_memory, estimate_round
 from sapo_core.hardware import HardwareProfile
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ def judge(e: CatalogEntry, profile: HardwareProfile, config: NodeConfig, probe: 
     basis = (
         "measured on this machine, scaled by parameters"
         if rnd.basis == "probe"
-        else "estimate from parameters and cores, every answer max_new_tokens long and every group trained: "
+        else f"{FORMULA_BASIS}, every answer max_new_tokens long and every group trained: "
         "it errs long; `sapo-node hardware --probe` measures this machine"
     )
 

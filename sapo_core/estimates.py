@@ -44,6 +44,9 @@ ANCHOR_CORES = 2
 ANCHOR_TRAIN_TOK_S = 200.0
 # F16 samples on a par with Q8_0 at 32 sequences (docs/calibration.md, 'Round-time estimates')
 ANCHOR_SAMPLE_TOK_S = {"Q8_0": 205.0, "F16": 205.0, "Q4_1": 125.0, "transformers": 39.0}
+# how a verdict names the formula's round time (catalog.py); the terminal display (commands/live.py)
+# reads it in the node's model line and then says what this machine's rounds measured
+FORMULA_BASIS = "estimate from parameters and cores"
 GPU_TRAIN_SPEEDUP = 25.0  # vs 2 CPU cores; an assumption (no GPU here), deliberately modest
 MPS_TRAIN_SPEEDUP = 4.0  # likewise
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -273,5 +276,6 @@ __all__ = [
     "sampled_quant",
     "sampled_weights_bytes",
     "PROMPT_TOKENS",
+    "FORMULA_BASIS",
     "GB",
 ]

@@ -174,3 +174,37 @@ def test_the_terminal_prints_a_download_every_ten_percent_not_every_event():
     assert lines[1] == "Downloading SmolLM2-360M-Instruct: 0 of 386 MB (0 %) at 4 MB/s, about 2 min left"
     assert lines[4] == "Downloading SmolLM2-360M-Instruct: 116 of 386 MB (30 %) at 4 MB/s, about 1 min left"
     assert lines[-1] == "Downloaded SmolLM2-360M-Instruct (386 MB); checking and loading it"
+
+
+def test_the_terminal_says_what_rounds_measured_where_the_start_quoted_the_formula():
+    """Without a probe the node's model line quotes the formula's round time (catalog.judge, the
+    real verdict for this machine): after three rounds of 6.2, 9.0 and 7.1 s the terminal prints
+    their median once, 7 s and 3600 / 7.1 = 507 an hour. Where the start quoted a measured time,
+    nothing is added."""
+    import io
+
+    from rich.console import Console
+
+    from sapo_core.catalog import choose_model, load_catalogue
+    from sapo_core.commands.live import EventDisplay
+    from sapo_core.config import NodeConfig
+    from sapo_core.control import protocol as P
+    from sapo_core.control import vocabulary as K
+    from sapo_core.hardware import detect_hardware
+
+    choice = choose_model(detect_hardware(), load_catalogue(), NodeConfig(), None)
+
+    def shown(model_line):
+        out = io.StringIO()
+        display = EventDisplay(Console(file=out, width=400, highlight=False), None)
+        display(P.Log(level="info", message=f"model: {model_line}"))
+        for r, seconds in enumerate([6.2, 9.0, 7.1, 30.0], start=1):
+            display(P.RoundDone(round=r, metrics={K.TIME_ROUND: seconds}))
+        return [x for x in out.getvalue().splitlines() if x.startswith("measured here")]
+
+    assert "estimate from parameters and cores" in choice.reason  # fits or slow, the formula's either way
+    assert shown(choice.reason) == [
+        "measured here: a round ~7 s (the median of this run's first 3), ~507 an hour; the round time quoted "
+        "at the start was the formula's estimate (`sapo-node hardware --probe` measures this machine for it)"
+    ]
+    assert shown("fits: needs 1.2 of 9.0 GB RAM; a round ~8 s, ~450 an hour (measured, scaled)") == []

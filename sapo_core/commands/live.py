@@ -2,7 +2,9 @@
 
 `run_with_display` starts the node through `NodeClient` and draws its events: a progress
 bar for the phase of the current round, a line per round, state changes with their
-reasons, log lines and errors; on a first start, the model's download every few seconds.
+reasons, log lines and errors; on a first start, the model's download every few seconds. Where
+the node chose its model by the formula's round time (no probe of this machine: it errs long, ~20x
+on the embedded model), the pace its first rounds measured, once.
 Ctrl-C asks the node to stop (the round in progress, or the download, is abandoned and reruns
 on the next start); a second Ctrl-C kills it (it resumes from its last checkpoint). A crash
 prints its reason and the node's last lines of stderr, and exits 1.
@@ -27,6 +29,9 @@ from sapo_core.control import protocol as P
 from sapo_core.control import vocabulary as K
 from sapo_core.control.client import NodeClient, NodeStartError
 from sapo_core.downloads import DownloadLines
+from sapo_core.estimates import FORMULA_BASIS
+
+PACE_ROUNDS = 3  # rounds of this run whose median round time the pace line quotes
 
 STATE_STYLE = {
     P.PAUSED: "yellow",
@@ -72,6 +77,8 @@ class EventDisplay:
         self.started = time.monotonic()
         self.last_error = ""
         self.download_lines = DownloadLines()
+        self.estimated = False  # the node's model line quoted the formula's round time
+        self.round_seconds: list[float] = []
 
     def __call__(self, ev: P.Message) -> None:
         c = self.console
@@ -87,6 +94,7 @@ class EventDisplay:
                 )
         elif isinstance(ev, P.RoundDone):
             c.print(round_summary(ev.round, ev.metrics))
+            self._pace(ev.metrics)
         elif isinstance(ev, P.NodeInfo):
             c.print(
                 f"ready in {time.monotonic() - self.started:.0f} s: model {ev.model_id}, sampler {ev.sampler}, "
@@ -101,6 +109,7 @@ class EventDisplay:
             self._state(ev)
         elif isinstance(ev, P.Log):
             # the node sends what its level lets through (SAPO_LOG_LEVEL, which it inherits from us)
+            self.estimated |= ev.message.startswith("model:") and FORMULA_BASIS in ev.message
             style = {"error": "red", "warning": "yellow"}.get(ev.level, "dim")
             c.print(f"[{style}]{ev.level}: {escape(ev.message)}[/]")
         elif isinstance(ev, P.Error):
@@ -108,6 +117,20 @@ class EventDisplay:
             c.print(f"[red]error: {escape(ev.message)}[/]")
             if ev.traceback and ev.kind == P.CRASH:
                 print(ev.traceback, file=sys.stderr)
+
+    def _pace(self, m: dict[str, float]) -> None:
+        """After PACE_ROUNDS rounds, once, where the start quoted the formula: what they measured."""
+        seconds = m.get(K.TIME_ROUND, 0.0)
+        if not self.estimated or seconds <= 0 or len(self.round_seconds) >= PACE_ROUNDS:
+            return
+        self.round_seconds.append(seconds)
+        if len(self.round_seconds) == PACE_ROUNDS:
+            median = sorted(self.round_seconds)[PACE_ROUNDS // 2]
+            self.console.print(
+                f"measured here: a round ~{median:.0f} s (the median of this run's first {PACE_ROUNDS}), "
+                f"~{3600 / median:.0f} an hour; the round time quoted at the start was the formula's estimate "
+                "(`sapo-node hardware --probe` measures this machine for it)"
+            )
 
     def _download(self, ev: P.Progress) -> None:
         """A model download on the first start: a line every few seconds or 10 % (DownloadLines),
