@@ -350,6 +350,23 @@ def test_the_committed_curriculum_off_arm_recomputes():
     assert rounded(training_difference(rows, "base", "nocurr"))[2:] == (0.094, 0.074, 0.114)
 
 
+def test_the_committed_advantage_scale_arm_recomputes():
+    """The results README and experiment.md quote lite (train.advantage_scale=batch) against base
+    over 8 (seed, node) pairs: start level -0.014 (-0.042..+0.015), every level -0.007
+    (-0.022..+0.007), training solve rate +0.005 (-0.005..+0.014): recomputed from the committed CSVs."""
+    results = Path(__file__).parents[1] / "docs" / "results"
+    names = ["lab-2026-11-27-band.csv", "lab-2026-11-27-band-seed1.csv", "lab-2026-12-04-lite.csv"]
+    rows, _, _ = read_rows([str(results / n) for n in names])
+    rows = [r for r in rows if r["arm"] in ("base", "lite")]
+
+    def rounded(c):
+        return c.unit, c.n, round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)
+
+    assert rounded(difference(rows, "base", "lite")) == ("node", 8, -0.014, -0.042, 0.015)
+    assert rounded(difference(rows, "base", "lite", "eval_capability"))[2:] == (-0.007, -0.022, 0.007)
+    assert rounded(training_difference(rows, "base", "lite"))[2:] == (0.005, -0.005, 0.014)
+
+
 def test_where_a_node_round_goes_by_hand(tmp_path):
     """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
     -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the
