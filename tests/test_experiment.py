@@ -367,6 +367,21 @@ def test_the_committed_advantage_scale_arm_recomputes():
     assert rounded(training_difference(rows, "base", "lite"))[2:] == (0.005, -0.005, 0.014)
 
 
+def test_the_committed_unscaled_advantage_arm_recomputes():
+    """drgrpo (train.advantage_scale=none) against base over 8 (seed, node) pairs: start level -0.007
+    (-0.027..+0.014), every level -0.006 (-0.017..+0.006); against lite +0.007 (-0.014..+0.028)."""
+    results = Path(__file__).parents[1] / "docs" / "results"
+    names = ["lab-2026-11-27-band.csv", "lab-2026-11-27-band-seed1.csv", "lab-2026-12-04-lite.csv"]
+    rows, _, _ = read_rows([str(results / n) for n in [*names, "lab-2026-12-04-drgrpo.csv"]])
+
+    def rounded(c):
+        return c.unit, c.n, round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)
+
+    assert rounded(difference(rows, "base", "drgrpo")) == ("node", 8, -0.007, -0.027, 0.014)
+    assert rounded(difference(rows, "base", "drgrpo", "eval_capability"))[2:] == (-0.006, -0.017, 0.006)
+    assert rounded(difference(rows, "lite", "drgrpo"))[2:] == (0.007, -0.014, 0.028)
+
+
 def test_where_a_node_round_goes_by_hand(tmp_path):
     """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
     -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the
