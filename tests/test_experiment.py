@@ -313,17 +313,30 @@ def test_what_a_node_round_costs_against_the_baseline_by_hand(tmp_path):
     assert cost_ratios(again, "a", "b")["round_seconds"].diffs == pytest.approx([1.3, 1.0])
 
 
+RESULTS = Path(__file__).parents[1] / "docs" / "results"
+BASE_SEEDS_0_1 = ["lab-2026-11-27-band.csv", "lab-2026-11-27-band-seed1.csv"]  # the recipe lab's base, seeds 0-1
+
+
+def _committed(names, arms):
+    """The rows of `arms` in the committed CSVs `names`."""
+    rows, _, _ = read_rows([str(RESULTS / n) for n in names])
+    return [r for r in rows if r["arm"] in arms]
+
+
+def _rounded(c):
+    return c.unit, c.n, round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)
+
+
 def test_the_committed_side_by_side_costs_recompute():
     """The results README quotes g4q8 at 1.31x base a node-round (0.88..1.74), sampling 1.58x, the
     update 1.17x, and tok48 at 0.950x (0.870..1.031), sampling 0.88x, the update 0.99x: recomputed
     from the committed CSVs."""
-    results = Path(__file__).parents[1] / "docs" / "results"
-    rows, _, _ = read_rows([str(results / "lab-2026-11-28-g4q8-timing.csv")])
+    rows, _, _ = read_rows([str(RESULTS / "lab-2026-11-28-g4q8-timing.csv")])
     r = cost_ratios(rows, "base", "g4q8")
     got = {k: round(c.mean, 2) for k, c in r.items()}
     assert got == {"round_seconds": 1.31, "sample_seconds": 1.58, "update_seconds": 1.17, "train_tokens": 1.2}
     assert (round(r["round_seconds"].lo, 2), round(r["round_seconds"].hi, 2)) == (0.88, 1.74)
-    rows, _, _ = read_rows([str(results / "lab-2026-11-28-tok48-timing.csv")])
+    rows, _, _ = read_rows([str(RESULTS / "lab-2026-11-28-tok48-timing.csv")])
     r = cost_ratios(rows, "base", "tok48")
     got = {k: (round(c.mean, 2), round(c.lo, 2), round(c.hi, 2)) for k, c in r.items() if k != "train_tokens"}
     assert got == {
@@ -337,49 +350,30 @@ def test_the_committed_curriculum_off_arm_recomputes():
     """The results README and experiment.md quote nocurr (tasks.curriculum=false) against base over
     8 (seed, node) pairs: start level +0.007 (-0.023..+0.037), every level +0.004 (-0.008..+0.016),
     training solve rate +0.094 (+0.074..+0.114): recomputed from the committed CSVs."""
-    results = Path(__file__).parents[1] / "docs" / "results"
-    names = ["lab-2026-11-27-band.csv", "lab-2026-11-27-band-seed1.csv", "lab-2026-12-04-nocurr.csv"]
-    rows, _, _ = read_rows([str(results / n) for n in names])
-    rows = [r for r in rows if r["arm"] in ("base", "nocurr")]
-
-    def rounded(c):
-        return c.unit, c.n, round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)
-
-    assert rounded(difference(rows, "base", "nocurr")) == ("node", 8, 0.007, -0.023, 0.037)
-    assert rounded(difference(rows, "base", "nocurr", "eval_capability"))[2:] == (0.004, -0.008, 0.016)
-    assert rounded(training_difference(rows, "base", "nocurr"))[2:] == (0.094, 0.074, 0.114)
+    rows = _committed([*BASE_SEEDS_0_1, "lab-2026-12-04-nocurr.csv"], ("base", "nocurr"))
+    assert _rounded(difference(rows, "base", "nocurr")) == ("node", 8, 0.007, -0.023, 0.037)
+    assert _rounded(difference(rows, "base", "nocurr", "eval_capability"))[2:] == (0.004, -0.008, 0.016)
+    assert _rounded(training_difference(rows, "base", "nocurr"))[2:] == (0.094, 0.074, 0.114)
 
 
 def test_the_committed_advantage_scale_arm_recomputes():
     """The results README and experiment.md quote lite (train.advantage_scale=batch) against base
     over 8 (seed, node) pairs: start level -0.014 (-0.042..+0.015), every level -0.007
     (-0.022..+0.007), training solve rate +0.005 (-0.005..+0.014): recomputed from the committed CSVs."""
-    results = Path(__file__).parents[1] / "docs" / "results"
-    names = ["lab-2026-11-27-band.csv", "lab-2026-11-27-band-seed1.csv", "lab-2026-12-04-lite.csv"]
-    rows, _, _ = read_rows([str(results / n) for n in names])
-    rows = [r for r in rows if r["arm"] in ("base", "lite")]
-
-    def rounded(c):
-        return c.unit, c.n, round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)
-
-    assert rounded(difference(rows, "base", "lite")) == ("node", 8, -0.014, -0.042, 0.015)
-    assert rounded(difference(rows, "base", "lite", "eval_capability"))[2:] == (-0.007, -0.022, 0.007)
-    assert rounded(training_difference(rows, "base", "lite"))[2:] == (0.005, -0.005, 0.014)
+    rows = _committed([*BASE_SEEDS_0_1, "lab-2026-12-04-lite.csv"], ("base", "lite"))
+    assert _rounded(difference(rows, "base", "lite")) == ("node", 8, -0.014, -0.042, 0.015)
+    assert _rounded(difference(rows, "base", "lite", "eval_capability"))[2:] == (-0.007, -0.022, 0.007)
+    assert _rounded(training_difference(rows, "base", "lite"))[2:] == (0.005, -0.005, 0.014)
 
 
 def test_the_committed_unscaled_advantage_arm_recomputes():
     """drgrpo (train.advantage_scale=none) against base over 8 (seed, node) pairs: start level -0.007
     (-0.027..+0.014), every level -0.006 (-0.017..+0.006); against lite +0.007 (-0.014..+0.028)."""
-    results = Path(__file__).parents[1] / "docs" / "results"
-    names = ["lab-2026-11-27-band.csv", "lab-2026-11-27-band-seed1.csv", "lab-2026-12-04-lite.csv"]
-    rows, _, _ = read_rows([str(results / n) for n in [*names, "lab-2026-12-04-drgrpo.csv"]])
-
-    def rounded(c):
-        return c.unit, c.n, round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)
-
-    assert rounded(difference(rows, "base", "drgrpo")) == ("node", 8, -0.007, -0.027, 0.014)
-    assert rounded(difference(rows, "base", "drgrpo", "eval_capability"))[2:] == (-0.006, -0.017, 0.006)
-    assert rounded(difference(rows, "lite", "drgrpo"))[2:] == (0.007, -0.014, 0.028)
+    names = [*BASE_SEEDS_0_1, "lab-2026-12-04-lite.csv", "lab-2026-12-04-drgrpo.csv"]
+    rows = _committed(names, ("base", "lite", "drgrpo"))
+    assert _rounded(difference(rows, "base", "drgrpo")) == ("node", 8, -0.007, -0.027, 0.014)
+    assert _rounded(difference(rows, "base", "drgrpo", "eval_capability"))[2:] == (-0.006, -0.017, 0.006)
+    assert _rounded(difference(rows, "lite", "drgrpo"))[2:] == (0.007, -0.014, 0.028)
 
 
 def test_where_a_node_round_goes_by_hand(tmp_path):
