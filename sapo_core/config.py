@@ -242,6 +242,12 @@ class TrainConfig:
         "take that scale too) or none (no division, Dr. GRPO, arXiv 2503.20783).",
         "group",
     )
+    loss_mean: str = setting(
+        "How the round's token losses are averaged: token (every completion token of the round weighs the "
+        "same, DAPO, arXiv 2503.14476) or sequence (each completion's tokens averaged, then the completions: "
+        "GRPO as published, a short completion's tokens weigh more).",
+        "token",
+    )
     guide_gamma: float = setting(
         "With swarm.take = mixed: the gamma of LUFFY's policy shaping p / (p + gamma) on the tokens of a peer's "
         "right answer added to our own all-wrong group (arXiv 2504.14945 uses 0.1).",
@@ -275,6 +281,7 @@ class TrainConfig:
         check(
             self.advantage_scale in ("group", "batch", "none"), "train.advantage_scale", "must be group, batch or none"
         )
+        check(self.loss_mean in ("token", "sequence"), "train.loss_mean", "must be token or sequence")
         check(self.peer_correction in ("none", "tis"), "train.peer_correction", "must be none or tis")
         check(self.peer_ratio_cap >= 1, "train.peer_ratio_cap", "must be at least 1")
         check(self.peer_kl_max > 0, "train.peer_kl_max", "must be positive")

@@ -32,7 +32,9 @@
   (arXiv 2504.14945; gamma = `train.guide_gamma`) instead of the clipped ratio, which would treat
   the peer's text as if our sampler had drawn it.
 - The loss is the token-level mean over every completion token of the round's batch
-  (DAPO-style), so long and short completions weigh by their tokens.
+  (DAPO-style), so long and short completions weigh by their tokens; with `train.loss_mean =
+  sequence` each completion's tokens are averaged first and the completions then (GRPO as
+  published): a token of a completion of n tokens weighs 1 / n of its completion.
 - With KL (beta > 0) the reference is the base model: the LoRA adapter switched off.
 - The transformer body runs under bf16 autocast where the hardware has native bf16
   (train.precision, `sapo_core/precision.py`); the output head, log-probs, loss, LoRA weights
@@ -91,6 +93,7 @@ class _Tally:
 
     steps: int
     completion_tokens: int  # the loss's normaliser: every completion token of the round
+    sequences: int  # the round's completions (train.loss_mean = sequence)
     sums: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("loss", "kl", "clip_low", "clip_high", "ratio", "grad_norm"), 0.0)
     )
@@ -201,7 +204,7 @@ class Trainer:
         model.train()
         mbs = self._micro_batches(seqs, prefix=not self.cfg.prompt_grad)
         steps = self.cfg.steps_per_round
-        tally = _Tally(steps, sum(len(mb.targets) for mb in mbs))
+        tally = _Tally(steps, sum(len(mb.targets) for mb in mbs), len(seqs))
         ref: list[torch.Tensor] = [self._reference_logprobs(mb) for mb in mbs] if self.cfg.kl_beta > 0 else []
         old: list[torch.Tensor] = []
         weights: list[torch.Tensor | None] = []
@@ -252,8 +255,12 @@ class Trainer:
             # a guide's tokens: LUFFY's shaped objective, -A f(p), unclipped (see module docstring)
             shaped = -adv * grpo.policy_shaping(logp, self.cfg.guide_gamma)
             loss_tok = torch.where(mb.guide_tokens[:, None], shaped[:, None], loss_tok)
-        loss = loss_tok.sum()
         sums, total, steps = tally.sums, tally.completion_tokens, tally.steps
+        if self.cfg.loss_mean == "sequence":
+            # the mean over completions of each one's token mean; the KL term is weighed the same
+            mask = sequence_mean_weights(mb.seq_of_token, len(mb.advantages), total, tally.sequences)
+            loss_tok = loss_tok * mask[:, None]
+        loss = loss_tok.sum()
         if self.cfg.kl_beta > 0:
             kl = grpo.kl_k3(logp, ref, mask).sum()
             loss = loss + self.cfg.kl_beta * kl
@@ -380,6 +387,14 @@ def tis_weights(
         "uncorrected_sequences": float((peer_seq & ~judged).sum()),
     }
     return w, stats
+
+
+def sequence_mean_weights(seq_of_token: torch.Tensor, n_seq: int, total: int, sequences: int) -> torch.Tensor:
+    """(N,) each token's weight total / (sequences x its completion's tokens): a round's loss summed
+    with these weights and divided by its `total` tokens is the mean over its `sequences`
+    completions of each one's token mean (train.loss_mean = sequence)."""
+    lengths = torch.bincount(seq_of_token, minlength=n_seq).clamp(min=1)
+    return total / (sequences * lengths[seq_of_token].to(torch.float32))
 
 
 def _peer_summary(f: dict[str, float]) -> dict[str, float]:

@@ -4,6 +4,8 @@ The model is a real transformers LlamaForCausalLM with a peft adapter, only smal
 tokenizer is reduced to the one attribute the trainer reads (pad_token_id).
 """
 
+import dataclasses
+
 import pytest
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -27,8 +29,9 @@ def sequences():
     return out
 
 
-def naive_loss(policy, seqs, temperature=1.0):
-    """Token-level mean of -A * ratio at ratio 1 (first step), full logits, one sequence at a time."""
+def naive_loss(policy, seqs, temperature=1.0, per_sequence=False):
+    """Token-level mean of -A * ratio at ratio 1 (first step), full logits, one sequence at a time;
+    with `per_sequence` each completion's token mean, averaged over the completions."""
     total = sum(len(s.completion_ids) for s in seqs)
     loss = 0.0
     for s in seqs:
@@ -38,8 +41,11 @@ def naive_loss(policy, seqs, temperature=1.0):
         p = len(s.prompt_ids)
         tok_lp = lp[p - 1 : -1].gather(1, torch.tensor(s.completion_ids)[:, None]).squeeze(1)
         ratio = torch.exp(tok_lp - tok_lp.detach())
-        loss = loss + (-(ratio * s.advantage)).sum()
-    return loss / total
+        if per_sequence:
+            loss = loss + (-(ratio * s.advantage)).mean() / len(seqs)
+        else:
+            loss = loss + (-(ratio * s.advantage)).sum() / total
+    return loss
 
 
 def grads(policy):
@@ -77,6 +83,47 @@ def test_first_step_matches_naive_loss_and_gradient(micro, pack):
         assert torch.allclose(got[n], ref_grads[n], atol=1e-5, rtol=1e-4), n
     assert out["train/clip_low_frac"] == 0 and out["train/clip_high_frac"] == 0  # ratio is 1 on step 1
     assert out["train/ratio_mean"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "layout", [dict(pack_prompts=False, micro_batch_size=2), dict(micro_batch_size=8), dict(prompt_grad=False)]
+)
+def test_the_sequence_mean_matches_the_naive_loss_and_gradient(layout):
+    """train.loss_mean = sequence: each completion's tokens averaged, then the completions, in
+    every layout of the micro-batches, against the naive loss written out sequence by sequence."""
+    seqs = [TrainSequence([7], s.completion_ids, s.advantage) for s in sequences()]  # no prefix to leave out
+    ref = small_policy()
+    ref.model.train()
+    expected = naive_loss(ref, seqs, per_sequence=True)
+    expected.backward()
+    ref_grads = grads(ref)
+    assert expected.item() != pytest.approx(naive_loss(small_policy(), seqs).item(), abs=1e-4)  # they differ here
+    pol = small_policy()
+    cfg = TrainConfig(precision="fp32", steps_per_round=1, max_grad_norm=0.0, learning_rate=1e-9, loss_mean="sequence")
+    trainer = Trainer(pol, dataclasses.replace(cfg, **layout))
+    out = trainer.update(seqs, NullHooks())
+    assert out["loss/policy"] == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    got = grads(pol)
+    for n in ref_grads:
+        assert torch.allclose(got[n], ref_grads[n], atol=1e-5, rtol=1e-4), n
+
+
+def test_sequence_mean_weights_hand_computed():
+    """Completions of 1, 2 and 3 tokens (6 in all) in one micro-batch and 2 more in another: 4
+    completions, 8 tokens; a token of a completion of n tokens weighs 8 / (4 n)."""
+    from sapo_core.trainer import sequence_mean_weights
+
+    w = sequence_mean_weights(torch.tensor([0, 1, 1, 2, 2, 2]), 3, total=8, sequences=4)
+    assert w.tolist() == pytest.approx([2.0, 1.0, 1.0, 2 / 3, 2 / 3, 2 / 3])
+    rest = sequence_mean_weights(torch.tensor([0, 0]), 1, total=8, sequences=4)
+    assert rest.tolist() == pytest.approx([1.0, 1.0])
+    # each completion's weights sum to total / sequences: every completion weighs the same
+    assert float(w[:1].sum()) == float(w[1:3].sum()) == pytest.approx(float(w[3:].sum())) == float(rest.sum())
+
+
+def test_an_unknown_loss_mean_is_refused_by_name():
+    with pytest.raises(ConfigError, match="train.loss_mean"):
+        TrainConfig(loss_mean="batch")
 
 
 def test_later_steps_are_off_policy_and_can_clip():
