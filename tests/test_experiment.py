@@ -376,6 +376,17 @@ def test_the_committed_unscaled_advantage_arm_recomputes():
     assert _rounded(difference(rows, "lite", "drgrpo"))[2:] == (0.007, -0.014, 0.028)
 
 
+def test_the_committed_worked_example_at_equal_time_recomputes():
+    """The results README and experiment.md quote worked (tasks.prompt=worked) against base at equal
+    time (36 minutes of rounds a node, side by side) over 8 (seed, node) pairs: start level +0.040
+    (+0.011..+0.070), every level +0.020 (+0.004..+0.035), a node-round 1.05x (0.88..1.23)."""
+    rows = _committed(["lab-2026-12-04-worked-equal-time.csv"], ("base", "worked"))
+    assert _rounded(difference(rows, "base", "worked")) == ("node", 8, 0.04, 0.011, 0.07)
+    assert _rounded(difference(rows, "base", "worked", "eval_capability"))[2:] == (0.02, 0.004, 0.035)
+    cost = cost_ratios(rows, "base", "worked")["round_seconds"]
+    assert (round(cost.mean, 2), round(cost.lo, 2), round(cost.hi, 2)) == (1.05, 0.88, 1.23)
+
+
 def test_where_a_node_round_goes_by_hand(tmp_path):
     """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
     -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the
