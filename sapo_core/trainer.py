@@ -256,13 +256,13 @@ class Trainer:
             shaped = -adv * grpo.policy_shaping(logp, self.cfg.guide_gamma)
             loss_tok = torch.where(mb.guide_tokens[:, None], shaped[:, None], loss_tok)
         sums, total, steps = tally.sums, tally.completion_tokens, tally.steps
-        if self.cfg.loss_mean == "sequence":
-            # the mean over completions of each one's token mean; the KL term is weighed the same
-            mask = sequence_mean_weights(mb.seq_of_token, len(mb.advantages), total, tally.sequences)
-            loss_tok = loss_tok * mask[:, None]
+        token_weight = mask  # each token's share of the round's mean, the KL term's too
+        if self.cfg.loss_mean == "sequence":  # the mean over completions of each one's token mean
+            token_weight = sequence_mean_weights(mb.seq_of_token, len(mb.advantages), total, tally.sequences)
+            loss_tok = loss_tok * token_weight[:, None]
         loss = loss_tok.sum()
         if self.cfg.kl_beta > 0:
-            kl = grpo.kl_k3(logp, ref, mask).sum()
+            kl = grpo.kl_k3(logp, ref, token_weight).sum()
             loss = loss + self.cfg.kl_beta * kl
             sums["kl"] += float(kl.detach()) / total / steps
         n = len(mb.targets)
