@@ -387,6 +387,19 @@ def test_the_committed_worked_example_at_equal_time_recomputes():
     assert (round(cost.mean, 2), round(cost.lo, 2), round(cost.hi, 2)) == (1.05, 0.88, 1.23)
 
 
+def test_the_committed_worked_example_at_equal_time_over_four_seeds_recomputes():
+    """The decision that made `worked` the default prompt: over 16 (seed, node) pairs at equal time,
+    start level +0.035 (+0.017..+0.053), every level +0.016 (+0.007..+0.026), a node-round 1.07x
+    (0.96..1.18); seeds 2-3 alone +0.030 (+0.003..+0.057)."""
+    names = ["lab-2026-12-04-worked-equal-time.csv", "lab-2026-12-05-worked-equal-time-seed2-3.csv"]
+    rows = _committed(names, ("base", "worked"))
+    assert _rounded(difference(rows, "base", "worked")) == ("node", 16, 0.035, 0.017, 0.053)
+    assert _rounded(difference(rows, "base", "worked", "eval_capability"))[2:] == (0.016, 0.007, 0.026)
+    cost = cost_ratios(rows, "base", "worked")["round_seconds"]
+    assert (round(cost.mean, 2), round(cost.lo, 2), round(cost.hi, 2)) == (1.07, 0.96, 1.18)
+    later = _committed(names[1:], ("base", "worked"))
+    assert _rounded(difference(later, "base", "worked"))[1:] == (8, 0.03, 0.003, 0.057)
+
 def test_where_a_node_round_goes_by_hand(tmp_path):
     """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
     -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the
