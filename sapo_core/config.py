@@ -108,12 +108,12 @@ class TaskConfig:
     curriculum_raise: float = setting("Rolling accuracy (share fully right) at which a dataset's level rises.", 0.5)
     curriculum_lower: float = setting("Rolling accuracy at or below which a raised level falls back.", 0.02)
     prompt: str = setting(
-        "How questions are asked: 'one_shot' (a solved example of the same dataset and level, then the "
-        "question; asks for a final 'Answer: ...' line), 'worked' (the same, the example's answer showing its "
-        "working where the question's expression is that working: '9 - 8 = 1' above 'Answer: 1' in "
-        "basic_arithmetic), 'answer_line' (without the example), 'plain' (the question only) or 'tags' "
-        "(<answer> tags).",
-        "one_shot",
+        "How questions are asked: 'worked' (a solved example of the same dataset and level, then the "
+        "question; asks for a final 'Answer: ...' line; the example's answer shows its working where the "
+        "question's expression is that working: '9 - 8 = 1' above 'Answer: 1' in basic_arithmetic), "
+        "'one_shot' (the same example with its answer alone), 'answer_line' (without the example), 'plain' "
+        "(the question only) or 'tags' (<answer> tags).",
+        "worked",
     )
     partial_credit: bool = setting(
         "Train on ReasoningGYM's partial credit (e.g. 0.1 for any wrong weekday, 0.5 for '13' when the answer is "

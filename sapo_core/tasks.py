@@ -10,11 +10,13 @@ which every node knows; anything else is rejected with `UnknownQuestion("unknown
 Departures from the SAPO paper: the paper samples the nine specialties with ReasoningGYM's
 settings; we start on easy levels and move with a curriculum (`sapo_core/curriculum.py`)
 because SmolLM2-135M scores ~0 on the default settings and never writes `<answer>` tags
-(docs/environment.md, 'The embedded model'). The default prompt (`one_shot`) shows one solved
+(docs/environment.md, 'The embedded model'). The default prompt (`worked`) shows one solved
 example of the same dataset and level, then asks for an `Answer: ...` line; the extraction is
 lenient (`rewards.extract_answer`). The example makes the model answer in the asked form, with
 shorter completions and the same share solved (`sapo-bench tasks`; docs/calibration.md,
-'Default task mix and prompt').
+'Default task mix and prompt'); where the question is an expression the example writes it out
+above its Answer line, which the model then does too, and more often rightly (docs/experiment.md,
+'A worked example').
 """
 
 from __future__ import annotations

@@ -359,5 +359,5 @@ def test_a_new_node_at_the_defaults_takes_the_shipped_base_result(tmp_path, data
         figures = node.evaluate()
     finally:
         node.close()
-    assert figures["eval/solve_rate_base"] == figures["eval/solve_rate"] == pytest.approx(0.148, abs=0.001)
-    assert figures["eval/capability_base"] == pytest.approx(0.081, abs=0.001)
+    assert figures["eval/solve_rate_base"] == figures["eval/solve_rate"] == pytest.approx(0.227, abs=0.001)
+    assert figures["eval/capability_base"] == pytest.approx(0.107, abs=0.001)

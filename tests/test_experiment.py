@@ -400,6 +400,7 @@ def test_the_committed_worked_example_at_equal_time_over_four_seeds_recomputes()
     later = _committed(names[1:], ("base", "worked"))
     assert _rounded(difference(later, "base", "worked"))[1:] == (8, 0.03, 0.003, 0.057)
 
+
 def test_where_a_node_round_goes_by_hand(tmp_path):
     """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
     -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the

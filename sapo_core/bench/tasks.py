@@ -54,7 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="comma-separated datasets, or 'all' for the paper's nine",
     )
     parser.add_argument(
-        "--prompts", default="answer_line,one_shot", help="comma-separated prompt styles: " + ", ".join(PROMPTS)
+        "--prompts", default="answer_line,one_shot,worked", help="comma-separated prompt styles: " + ", ".join(PROMPTS)
     )
     parser.add_argument("--system-prompt", default="", help="system prompt (empty: the chat template's default)")
     parser.add_argument("--level", default="easy", choices=LEVEL_NAMES)
