@@ -323,8 +323,8 @@ def _committed(names, arms):
     return [r for r in rows if r["arm"] in arms]
 
 
-def _rounded(c):
-    return c.unit, c.n, round(c.mean, 3), round(c.lo, 3), round(c.hi, 3)
+def _rounded(c, digits=3):
+    return c.unit, c.n, round(c.mean, digits), round(c.lo, digits), round(c.hi, digits)
 
 
 def test_the_committed_side_by_side_costs_recompute():
@@ -338,7 +338,7 @@ def test_the_committed_side_by_side_costs_recompute():
     assert (round(r["round_seconds"].lo, 2), round(r["round_seconds"].hi, 2)) == (0.88, 1.74)
     rows, _, _ = read_rows([str(RESULTS / "lab-2026-11-28-tok48-timing.csv")])
     r = cost_ratios(rows, "base", "tok48")
-    got = {k: (round(c.mean, 2), round(c.lo, 2), round(c.hi, 2)) for k, c in r.items() if k != "train_tokens"}
+    got = {k: _rounded(c, 2)[2:] for k, c in r.items() if k != "train_tokens"}
     assert got == {
         "round_seconds": (0.95, 0.87, 1.03),
         "sample_seconds": (0.88, 0.77, 1.0),
@@ -384,7 +384,7 @@ def test_the_committed_worked_example_at_equal_time_recomputes():
     assert _rounded(difference(rows, "base", "worked")) == ("node", 8, 0.04, 0.011, 0.07)
     assert _rounded(difference(rows, "base", "worked", "eval_capability"))[2:] == (0.02, 0.004, 0.035)
     cost = cost_ratios(rows, "base", "worked")["round_seconds"]
-    assert (round(cost.mean, 2), round(cost.lo, 2), round(cost.hi, 2)) == (1.05, 0.88, 1.23)
+    assert _rounded(cost, 2)[2:] == (1.05, 0.88, 1.23)
 
 
 def test_the_committed_worked_example_at_equal_time_over_four_seeds_recomputes():
@@ -396,7 +396,7 @@ def test_the_committed_worked_example_at_equal_time_over_four_seeds_recomputes()
     assert _rounded(difference(rows, "base", "worked")) == ("node", 16, 0.035, 0.017, 0.053)
     assert _rounded(difference(rows, "base", "worked", "eval_capability"))[2:] == (0.016, 0.007, 0.026)
     cost = cost_ratios(rows, "base", "worked")["round_seconds"]
-    assert (round(cost.mean, 2), round(cost.lo, 2), round(cost.hi, 2)) == (1.07, 0.96, 1.18)
+    assert _rounded(cost, 2)[2:] == (1.07, 0.96, 1.18)
     later = _committed(names[1:], ("base", "worked"))
     assert _rounded(difference(later, "base", "worked"))[1:] == (8, 0.03, 0.003, 0.057)
 
