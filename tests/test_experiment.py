@@ -376,6 +376,16 @@ def test_the_committed_unscaled_advantage_arm_recomputes():
     assert _rounded(difference(rows, "lite", "drgrpo"))[2:] == (0.007, -0.014, 0.028)
 
 
+def test_the_committed_sequence_mean_arm_recomputes():
+    """The results README and experiment.md quote seqmean (train.loss_mean=sequence, one_shot like
+    the committed base) against base over 8 (seed, node) pairs: start level -0.009 (-0.030..+0.012),
+    every level -0.004 (-0.013..+0.005), training solve rate -0.001 (-0.009..+0.006)."""
+    rows = _committed([*BASE_SEEDS_0_1, "lab-2026-12-05-seqmean.csv"], ("base", "seqmean"))
+    assert _rounded(difference(rows, "base", "seqmean")) == ("node", 8, -0.009, -0.03, 0.012)
+    assert _rounded(difference(rows, "base", "seqmean", "eval_capability"))[2:] == (-0.004, -0.013, 0.005)
+    assert _rounded(training_difference(rows, "base", "seqmean"))[2:] == (-0.001, -0.009, 0.006)
+
+
 def test_the_committed_worked_example_at_equal_time_recomputes():
     """The results README and experiment.md quote worked (tasks.prompt=worked) against base at equal
     time (36 minutes of rounds a node, side by side) over 8 (seed, node) pairs: start level +0.040
