@@ -411,6 +411,19 @@ def test_the_committed_worked_example_at_equal_time_over_four_seeds_recomputes()
     assert _rounded(difference(later, "base", "worked"))[1:] == (8, 0.03, 0.003, 0.057)
 
 
+def test_the_committed_sharing_with_the_worked_prompt_recomputes():
+    """The results README, experiment.md and the README quote 2/2w - 4/0w (the paper's take against
+    isolated, I + J = 4, the worked prompt) over 4 seeds: start level +0.029 (+0.005..+0.053), every
+    level +0.010 (+0.001..+0.020), per node-hour +0.44 (-0.05..+0.94), a node-round 1.15x
+    (1.04..1.27) side by side."""
+    rows, _, _ = read_rows(sorted(str(p) for p in RESULTS.glob("arms-ij4-worked-2026-12-05-seed*.csv")))
+    assert _rounded(difference(rows, "4/0w", "2/2w")) == ("seed", 4, 0.029, 0.005, 0.053)
+    assert _rounded(difference(rows, "4/0w", "2/2w", "eval_capability"))[2:] == (0.01, 0.001, 0.02)
+    assert _rounded(hourly_difference(rows, "4/0w", "2/2w"), 2)[2:] == (0.44, -0.05, 0.94)
+    cost = cost_ratios(rows, "4/0w", "2/2w")["round_seconds"]
+    assert _rounded(cost, 2)[2:] == (1.15, 1.04, 1.27)
+
+
 def test_where_a_node_round_goes_by_hand(tmp_path):
     """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
     -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the
