@@ -335,7 +335,7 @@ def test_the_committed_side_by_side_costs_recompute():
     r = cost_ratios(rows, "base", "g4q8")
     got = {k: round(c.mean, 2) for k, c in r.items()}
     assert got == {"round_seconds": 1.31, "sample_seconds": 1.58, "update_seconds": 1.17, "train_tokens": 1.2}
-    assert (round(r["round_seconds"].lo, 2), round(r["round_seconds"].hi, 2)) == (0.88, 1.74)
+    assert _rounded(r["round_seconds"], 2)[3:] == (0.88, 1.74)
     rows, _, _ = read_rows([str(RESULTS / "lab-2026-11-28-tok48-timing.csv")])
     r = cost_ratios(rows, "base", "tok48")
     got = {k: _rounded(c, 2)[2:] for k, c in r.items() if k != "train_tokens"}
@@ -416,7 +416,7 @@ def test_the_committed_sharing_with_the_worked_prompt_recomputes():
     isolated, I + J = 4, the worked prompt) over 4 seeds: start level +0.029 (+0.005..+0.053), every
     level +0.010 (+0.001..+0.020), per node-hour +0.44 (-0.05..+0.94), a node-round 1.15x
     (1.04..1.27) side by side."""
-    rows, _, _ = read_rows(sorted(str(p) for p in RESULTS.glob("arms-ij4-worked-2026-12-05-seed*.csv")))
+    rows = _committed([f"arms-ij4-worked-2026-12-05-seed{s}.csv" for s in range(4)], ("4/0w", "2/2w"))
     assert _rounded(difference(rows, "4/0w", "2/2w")) == ("seed", 4, 0.029, 0.005, 0.053)
     assert _rounded(difference(rows, "4/0w", "2/2w", "eval_capability"))[2:] == (0.01, 0.001, 0.02)
     assert _rounded(hourly_difference(rows, "4/0w", "2/2w"), 2)[2:] == (0.44, -0.05, 0.94)
