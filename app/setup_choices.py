@@ -71,11 +71,17 @@ NEWCOMER = Measured("newcomer-50r-*.csv", "alone", "mixed", 50, 6, 0.015, -0.011
 MIXED4 = Measured(
     "arms-ij4-2026-11-28-seed*.csv", "4/0", "2/2-mixed", 25, 8, 0.029, 0.007, 0.051, (-0.129, -0.934, 0.677)
 )
+WORKED4 = Measured(
+    "arms-ij4-worked-2026-12-05-seed*.csv", "4/0w", "2/2w", 25, 6, 0.030, 0.018, 0.043, (0.414, 0.142, 0.6849)
+)
 SHARING_MEASURED = (
     "<b>What sharing gave, measured</b> (held-out questions solved against training alone, in this "
-    f"project's lab): 8 new computers sharing as the paper does, {SYMMETRIC.words()}; a newcomer among "
-    "trained computers that adopts their questions and right answers (swarm.take = mixed, not the "
-    f"default), {NEWCOMER.words()}; 4 new computers doing so, {MIXED4.words()}."
+    "project's lab):"
+    f"<br>• 8 new computers sharing as the paper does, with the earlier prompt: {SYMMETRIC.words()}"
+    f"<br>• 4 new computers doing so with today's prompt: {WORKED4.words()}"
+    "<br>• a newcomer among trained computers that adopts their questions and right answers "
+    f"(swarm.take = mixed, not the default): {NEWCOMER.words()}"
+    f"<br>• 4 new computers doing so: {MIXED4.words()}"
 )
 
 

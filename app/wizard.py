@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QRadioButton,
+    QScrollArea,
     QSlider,
     QSpinBox,
     QStackedWidget,
@@ -69,6 +70,14 @@ def _heading(text: str, sub: str) -> QLabel:
     return label
 
 
+def _scrolling(page: QWidget) -> QScrollArea:
+    """`page` in a frameless scroll area: at the window's default size its words wrap onto more lines
+    than fit, and a scroll bar is better than a cut-off sentence."""
+    area = QScrollArea(widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
+    area.setWidget(page)
+    return area
+
+
 class SetupWizard(QDialog):
     joined = Signal(object)
     """The user pressed Join: the NodeConfig to save and run."""
@@ -106,7 +115,7 @@ class SetupWizard(QDialog):
 
         self.pages = QStackedWidget()
         self.pages.addWidget(self._machine_page())
-        self.pages.addWidget(self._swarm_page())
+        self.pages.addWidget(_scrolling(self._swarm_page()))  # its words outgrow a small window
         self.pages.addWidget(self._share_page())
         self.back_button = QPushButton("Back")
         self.next_button = QPushButton("Next")
