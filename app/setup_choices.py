@@ -66,7 +66,9 @@ class Measured:
         return f"per computing hour {m:+.2f} ({lo:+.2f}..{hi:+.2f}: {verdict})"
 
 
-SYMMETRIC = Measured("sharing-8n-*.csv", "2/0", "1/1", 100, 5, 0.007, -0.037, 0.050, (-0.330, -0.643, -0.017))
+SYMMETRIC = Measured(
+    "sharing-8n-2026-11-2?-seed*.csv", "2/0", "1/1", 100, 5, 0.007, -0.037, 0.050, (-0.330, -0.643, -0.017)
+)
 NEWCOMER = Measured("newcomer-50r-*.csv", "alone", "mixed", 50, 6, 0.015, -0.011, 0.040, (-0.219, -0.443, 0.006))
 MIXED4 = Measured(
     "arms-ij4-2026-11-28-seed*.csv", "4/0", "2/2-mixed", 25, 8, 0.029, 0.007, 0.051, (-0.129, -0.934, 0.677)

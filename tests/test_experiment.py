@@ -428,6 +428,18 @@ def test_the_committed_sharing_with_the_worked_prompt_recomputes():
     assert _rounded(hourly_difference(first, "4/0w", "2/2w"), 2)[2:] == (0.44, -0.05, 0.94)
 
 
+def test_the_committed_eight_node_seed_with_the_worked_prompt_recomputes():
+    """experiment.md and the results README quote seed 0 of 1/1 - 2/0 at 8 nodes x 100 rounds with
+    the worked prompt: start level +0.016, every level +0.017, per node-hour -0.10, a node-round
+    1.21x side by side; one seed, so no interval."""
+    rows = _committed(["sharing-8n-worked-2026-12-05-seed0.csv"], ("2/0", "1/1"))
+    assert max(int(r["round"]) for r in rows) == 100 and len({r["node"] for r in rows}) == 8
+    assert _rounded(difference(rows, "2/0", "1/1"))[:3] == ("seed", 1, 0.016)
+    assert _rounded(difference(rows, "2/0", "1/1", "eval_capability"))[2] == 0.017
+    assert _rounded(hourly_difference(rows, "2/0", "1/1"), 2)[2] == -0.1
+    assert _rounded(cost_ratios(rows, "2/0", "1/1")["round_seconds"], 2)[2] == 1.21
+
+
 def test_where_a_node_round_goes_by_hand(tmp_path):
     """Two node-rounds of 10 s and 6 s: update 6 and 2, sampling 3 and 3, peers' text 0.5 and 0.5
     -> means 8 s: update 4 (50 %), sampling 3 (38 %), peers 0.5 (6 %), the rest 0.5 (6 %); the
