@@ -76,10 +76,14 @@ MIXED4 = Measured(
 WORKED4 = Measured(
     "arms-ij4-worked-2026-12-05-seed*.csv", "4/0w", "2/2w", 25, 6, 0.030, 0.018, 0.043, (0.414, 0.142, 0.6849)
 )
+WORKED8 = Measured(
+    "sharing-8n-worked-2026-12-05-seed*.csv", "2/0", "1/1", 100, 3, 0.021, -0.012, 0.053, (-0.199, -0.66449, 0.2666)
+)
 SHARING_MEASURED = (
     "<b>What sharing gave, measured</b> (held-out questions solved against training alone, in this "
     "project's lab):"
     f"<br>• 8 new computers sharing as the paper does, with the earlier prompt: {SYMMETRIC.words()}"
+    f"<br>• 8 new computers doing so with today's prompt: {WORKED8.words()}"
     f"<br>• 4 new computers doing so with today's prompt: {WORKED4.words()}"
     "<br>• a newcomer among trained computers that adopts their questions and right answers "
     f"(swarm.take = mixed, not the default): {NEWCOMER.words()}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.setup_choices import MIXED4, NEWCOMER, SHARING_MEASURED, SYMMETRIC, WORKED4, Measured
+from app.setup_choices import MIXED4, NEWCOMER, SHARING_MEASURED, SYMMETRIC, WORKED4, WORKED8, Measured
 from sapo_core.experiment_files import read_rows
 from sapo_core.experiment_report import difference, hourly_difference
 
@@ -16,7 +16,9 @@ RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
 @pytest.mark.parametrize(
-    "m", [SYMMETRIC, WORKED4, NEWCOMER, MIXED4], ids=["symmetric", "worked-4-nodes", "newcomer", "mixed-4-nodes"]
+    "m",
+    [SYMMETRIC, WORKED8, WORKED4, NEWCOMER, MIXED4],
+    ids=["symmetric", "worked-8-nodes", "worked-4-nodes", "newcomer", "mixed-4-nodes"],
 )
 def test_each_quoted_figure_is_what_the_committed_csvs_say(m: Measured):
     files = sorted(str(p) for p in RESULTS.glob(m.files))
@@ -47,7 +49,7 @@ def test_the_words_call_a_gain_only_an_interval_above_zero_over_six_seeds():
     assert few.hourly_words().endswith("(+0.10..+0.90: no difference shown)")  # 2 seeds: no claim of more
     assert Measured("x", "a", "b", 30, 6, 0, 0, 0, (0.5, 0.1, 0.9)).hourly_words().endswith(": more than alone)")
     assert Measured("x", "a", "b", 30, 6, 0, 0, 0, even).hourly_words().endswith(": no difference shown)")
-    assert all(m.words() in SHARING_MEASURED for m in (SYMMETRIC, WORKED4, NEWCOMER, MIXED4))
+    assert all(m.words() in SHARING_MEASURED for m in (SYMMETRIC, WORKED8, WORKED4, NEWCOMER, MIXED4))
 
 
 @pytest.mark.gui

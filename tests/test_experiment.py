@@ -430,25 +430,32 @@ def test_the_committed_sharing_with_the_worked_prompt_recomputes():
 
 def test_the_committed_eight_node_seeds_with_the_worked_prompt_recompute():
     """experiment.md and the results README quote 1/1 - 2/0 at 8 nodes x 100 rounds with the worked
-    prompt: seed 0 +0.016 (every level +0.017, per node-hour -0.10, a node-round 1.21x), seed 1
-    +0.035 (per node-hour -0.08, 1.39x); both seeds +0.026 (-0.096..+0.148), every level +0.019
-    (-0.001..+0.038), per node-hour -0.09 (-0.18..+0.00), a node-round 1.30x."""
-    files = [f"sharing-8n-worked-2026-12-05-seed{s}.csv" for s in range(2)]
-    first = _committed(files[:1], ("2/0", "1/1"))
-    assert max(int(r["round"]) for r in first) == 100 and len({r["node"] for r in first}) == 8
-    assert _rounded(difference(first, "2/0", "1/1"))[:3] == ("seed", 1, 0.016)
-    assert _rounded(difference(first, "2/0", "1/1", "eval_capability"))[2] == 0.017
-    assert _rounded(hourly_difference(first, "2/0", "1/1"), 2)[2] == -0.1
-    assert _rounded(cost_ratios(first, "2/0", "1/1")["round_seconds"], 2)[2] == 1.21
-    second = _committed(files[1:2], ("2/0", "1/1"))
-    assert _rounded(difference(second, "2/0", "1/1"))[2] == 0.035
-    assert _rounded(hourly_difference(second, "2/0", "1/1"), 2)[2] == -0.08
-    assert _rounded(cost_ratios(second, "2/0", "1/1")["round_seconds"], 2)[2] == 1.39
-    rows = _committed(files, ("2/0", "1/1"))
-    assert _rounded(difference(rows, "2/0", "1/1")) == ("seed", 2, 0.026, -0.096, 0.148)
-    assert _rounded(difference(rows, "2/0", "1/1", "eval_capability"))[2:] == (0.019, -0.001, 0.038)
-    assert _rounded(hourly_difference(rows, "2/0", "1/1"), 2)[2:] == (-0.09, -0.18, 0.0)
-    assert _rounded(cost_ratios(rows, "2/0", "1/1")["round_seconds"], 2)[2] == 1.3
+    prompt, per seed (start level, every level, per node-hour, a node-round side by side): seed 0
+    +0.016, +0.017, -0.10, 1.21x; seed 1 +0.035, +0.020, -0.08, 1.39x; seed 2 +0.010, +0.009,
+    -0.42, 1.46x. Seeds 0-1: +0.026 (-0.096..+0.148), per node-hour -0.09 (-0.18..+0.00); seeds
+    0-2: +0.021 (-0.012..+0.053), every level +0.015 (+0.001..+0.030), per node-hour -0.20
+    (-0.66..+0.27), a node-round 1.36x (1.04..1.68)."""
+    files = [f"sharing-8n-worked-2026-12-05-seed{s}.csv" for s in range(3)]
+    arms = ("2/0", "1/1")
+    per_seed = [(0.016, 0.017, -0.1, 1.21), (0.035, 0.02, -0.08, 1.39), (0.01, 0.009, -0.42, 1.46)]
+    for name, want in zip(files, per_seed):
+        rows = _committed([name], arms)
+        assert max(int(r["round"]) for r in rows) == 100 and len({r["node"] for r in rows}) == 8
+        got = (
+            _rounded(difference(rows, *arms))[2],
+            _rounded(difference(rows, *arms, "eval_capability"))[2],
+            _rounded(hourly_difference(rows, *arms), 2)[2],
+            _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2],
+        )
+        assert got == want, name
+    two = _committed(files[:2], arms)
+    assert _rounded(difference(two, *arms)) == ("seed", 2, 0.026, -0.096, 0.148)
+    assert _rounded(hourly_difference(two, *arms), 2)[2:] == (-0.09, -0.18, 0.0)
+    rows = _committed(files, arms)
+    assert _rounded(difference(rows, *arms)) == ("seed", 3, 0.021, -0.012, 0.053)
+    assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == (0.015, 0.001, 0.03)
+    assert _rounded(hourly_difference(rows, *arms), 2)[2:] == (-0.2, -0.66, 0.27)
+    assert _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2:] == (1.36, 1.04, 1.68)
 
 
 def test_where_a_node_round_goes_by_hand(tmp_path):
