@@ -15,6 +15,7 @@ from pathlib import Path
 from sapo_core.experiment_report import (
     CSV_FIELDS,
     DATASET_PREFIX,
+    FLOOR_COLUMNS,
     PHASE_COLUMNS,
     dataset_columns,
     difference,
@@ -31,6 +32,7 @@ _OPTIONAL_FIELDS = (
     "eval_capability_base",
     "role",
     *PHASE_COLUMNS,
+    *FLOOR_COLUMNS,
 )
 
 

@@ -33,6 +33,12 @@ PHASE_COLUMNS = {
     "likelihood_seconds": "time/likelihood",
     "eval_seconds": "time/eval",
 }
+# what the likelihood floor did to peers' completions that round: the CSV's column -> the node's
+# metric; "" where it judged none (isolated, the floor off, or files before 2026-12-05)
+FLOOR_COLUMNS = {
+    "floor_judged": "swarm/judged",
+    "floor_dropped": "swarm/unlikely",
+}
 CSV_FIELDS = (
     "seed",
     "arm",
@@ -48,6 +54,7 @@ CSV_FIELDS = (
     "train_tokens",
     "completions_cut",  # the share of the round's own completions cut at sampler.max_new_tokens
     *PHASE_COLUMNS,
+    *FLOOR_COLUMNS,
     "eval_solve_rate",
     "eval_solve_rate_base",
     "eval_capability",

@@ -30,7 +30,7 @@ from typing import Any
 
 from sapo_core import logs
 from sapo_core.experiment_files import write_outputs
-from sapo_core.experiment_report import PHASE_COLUMNS
+from sapo_core.experiment_report import FLOOR_COLUMNS, PHASE_COLUMNS
 from sapo_core.roundshape import RoundShape
 
 VETERAN_INDEX = 100  # node indices from here are veterans (--veterans): seeds and identities of their own
@@ -97,6 +97,7 @@ _PER_DATASET = re.compile(r"eval/([a-z0-9_]+)/solve_rate")
 
 def row(seed: int, arm: str, sharing: bool, i: int, r: int, m: dict[str, float], role: str = "") -> dict:
     """One CSV row (experiment_report.CSV_FIELDS, then the per-dataset held-out columns)."""
+    judged = FLOOR_COLUMNS["floor_judged"] in m  # the floor scored peers' completions this round
     out = {
         "role": role,
         "seed": seed,
@@ -113,6 +114,7 @@ def row(seed: int, arm: str, sharing: bool, i: int, r: int, m: dict[str, float],
         "train_tokens": m.get("train/tokens", 0.0),
         "completions_cut": 1.0 - m["completions/finished_frac"] if "completions/finished_frac" in m else "",
         **{column: m.get(key, 0.0) for column, key in PHASE_COLUMNS.items()},
+        **{column: m.get(key, 0.0) if judged else "" for column, key in FLOOR_COLUMNS.items()},
         "eval_solve_rate": m.get("eval/solve_rate", ""),
         "eval_solve_rate_base": m.get("eval/solve_rate_base", ""),
         "eval_capability": m.get("eval/capability", ""),

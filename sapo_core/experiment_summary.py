@@ -1,8 +1,8 @@
 """The summary `sapo-experiment` prints and writes to `summary.txt`: per arm its final held-out
-solve rate, cost and where a round's time goes; per arm after the first its paired differences
-from the first (held-out, per dataset, every level, per node-hour, what a node-round costs, the
-training solve rate); the paper's total reward; the veterans' level. The measure behind each line
-is `sapo_core/experiment_report.py`.
+solve rate, cost, where a round's time goes and what the likelihood floor dropped of peers' text;
+per arm after the first its paired differences from the first (held-out, per dataset, every level,
+per node-hour, what a node-round costs, the training solve rate); the paper's total reward; the
+veterans' level. The measure behind each line is `sapo_core/experiment_report.py`.
 
 Imports only the standard library: `--from-csv` needs no torch.
 """
@@ -92,6 +92,35 @@ def tail_words(rows: list[dict]) -> str | None:
         f"{statistics.fmean(cut):.2f} s against {statistics.fmean(clean):.2f} s; they add {100 * added:.0f} % "
         "to the rounds' time"
     )
+
+
+def floor_words(rows: list[dict]) -> str | None:
+    """What the likelihood floor did to an arm's peers' text: the peer completions it dropped of
+    those it judged over the run, by quarter of the rounds (its floor was calibrated on the base
+    model: does it drop more as the policies move?) and per seed. None where it judged none
+    (isolated, the floor off, files before 2026-12-05)."""
+    judged = [r for r in rows if r.get("floor_judged", "") != ""]
+    if not sum(float(r["floor_judged"]) for r in judged):
+        return None
+    rounds = max(int(r["round"]) for r in rows)
+
+    def rate(part: list[dict]) -> tuple[float, float]:
+        return sum(float(r["floor_dropped"] or 0) for r in part), sum(float(r["floor_judged"]) for r in part)
+
+    def pct(part: list[dict]) -> str:
+        dropped, of = rate(part)
+        return f"{100 * dropped / of:.1f} %" if of else "none judged"
+
+    dropped, of = rate(judged)
+    quarters = [[r for r in judged if min(4 * (int(r["round"]) - 1) // rounds, 3) == q] for q in range(4)]
+    seeds = sorted({int(r["seed"]) for r in judged})
+    words = (
+        f"  the likelihood floor dropped {dropped:.0f} of the {of:.0f} peer completions it judged "
+        f"({pct(judged)}); by quarter of the rounds " + ", ".join(pct(q) for q in quarters)
+    )
+    if len(seeds) > 1:
+        words += "; per seed " + ", ".join(pct([r for r in judged if int(r["seed"]) == s]) for s in seeds)
+    return words
 
 
 def _short(column: str) -> str:
@@ -227,7 +256,7 @@ def summary_lines(rows: list[dict], arms: list[str]) -> list[str]:
             f"{arm}: final held-out solve rate {m:.3f} ({interval}) over {len(units)} {unit}; "
             f"{ext:.2f} external groups, {cost.round_seconds:.1f} s{tokens} per node-round{gain}"
         )
-        lines.extend(w for w in (phase_words(cost), tail_words(mine)) if w)
+        lines.extend(w for w in (phase_words(cost), tail_words(mine), floor_words(mine)) if w)
         if columns:
             parts = []
             for c in columns:

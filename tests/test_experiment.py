@@ -40,7 +40,7 @@ from sapo_core.experiment_report import (
     total_rewards,
     training_difference,
 )
-from sapo_core.experiment_summary import comparison_lines, phase_words, reward_lines, tail_words
+from sapo_core.experiment_summary import comparison_lines, floor_words, phase_words, reward_lines, tail_words
 
 
 def _args(*argv):
@@ -596,6 +596,38 @@ _DRY = ["--model", "tiny-random", "--nodes", "2", "--rounds", "2", "--eval-quest
 _DRY += ["--group-size", "2", "--max-new-tokens", "4", "--threads", "1"]
 
 
+def test_what_the_likelihood_floor_dropped_by_hand(tmp_path):
+    """A sharing arm of 2 seeds x 4 rounds (a quarter each), 10 peer completions judged a round;
+    seed 0 judged none in round 4. Dropped: seed 0 0, 1, 2; seed 1 1, 0, 0, 4 -> 8 of 70 (11.4 %);
+    by quarter 1/20, 1/20, 2/20, 4/10; per seed 3/30, 5/40. Written and read back, the same; an
+    isolated arm, or a file without the columns, says nothing."""
+    dropped = {0: [0, 1, 2, ""], 1: [1, 0, 0, 4]}
+    rows = [
+        _row(
+            seed,
+            "share",
+            0,
+            i + 1,
+            held=0.3 if i == 3 else "",
+            sharing=1,
+            floor_judged="" if d == "" else 10.0,
+            floor_dropped=d,
+        )
+        for seed, ds in dropped.items()
+        for i, d in enumerate(ds)
+    ]
+    want = (
+        "  the likelihood floor dropped 8 of the 70 peer completions it judged (11.4 %); by quarter of the "
+        "rounds 5.0 %, 5.0 %, 10.0 %, 40.0 %; per seed 10.0 %, 12.5 %"
+    )
+    assert floor_words(rows) == want
+    assert floor_words(rows[4:]).endswith("(12.5 %); by quarter of the rounds 10.0 %, 0.0 %, 0.0 %, 40.0 %")
+    write_outputs(rows, tmp_path, "title", ["share"], {"share": ""})
+    again, _, _ = read_rows([str(tmp_path / "experiment.csv")])
+    assert floor_words(again) == want and want in (tmp_path / "summary.txt").read_text()
+    assert floor_words(ROWS) is None and floor_words([r | {"floor_judged": ""} for r in rows]) is None
+
+
 def test_a_dry_run_of_two_recipe_arms_end_to_end(tmp_path, data_dir):
     """Two isolated arms, 2 nodes x 2 seeds x 2 rounds: each arm's nodes really ran with its settings
     (the run directories' config snapshots), and the arms compare pair by pair on (seed, node)."""
@@ -635,6 +667,9 @@ def test_a_dry_run_of_two_seeds_isolated_against_sharing(tmp_path, data_dir):
     assert len(rows) == 2 * 2 * 2 * 2  # seeds x arms x nodes x rounds
     assert all(r["eval_solve_rate"] != "" for r in rows)
     assert {r["sharing"] for r in rows if r["arm"] == "1/1"} == {"1"}
+    # the likelihood floor (on by default) judged the sharing nodes' peer text each round; alone, none
+    assert {(r["floor_judged"], r["floor_dropped"]) for r in rows if r["arm"] == "1/0"} == {("", "")}
+    assert all(0 <= float(r["floor_dropped"]) <= float(r["floor_judged"]) for r in rows if r["arm"] == "1/1")
     summary = (out / "summary.txt").read_text()
     assert "1/1 - 1/0: " in summary and "over 2 seeds" in summary
     assert (out / "experiment.png").is_file()
