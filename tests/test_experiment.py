@@ -434,7 +434,8 @@ def test_the_committed_eight_node_seeds_with_the_worked_prompt_recompute():
     +0.016, +0.017, -0.10, 1.21x; seed 1 +0.035, +0.020, -0.08, 1.39x; seed 2 +0.010, +0.009,
     -0.42, 1.46x. Seeds 0-1: +0.026 (-0.096..+0.148), per node-hour -0.09 (-0.18..+0.00); seeds
     0-2: +0.021 (-0.012..+0.053), every level +0.015 (+0.001..+0.030), per node-hour -0.20
-    (-0.66..+0.27), a node-round 1.36x (1.04..1.68)."""
+    (-0.66..+0.27), a node-round 1.36x (1.04..1.68). The likelihood floor dropped 298 of 6,076
+    honest peer completions (4.9 %), by quarter 6.1, 5.0, 2.2, 6.1 %."""
     files = [f"sharing-8n-worked-2026-12-05-seed{s}.csv" for s in range(3)]
     arms = ("2/0", "1/1")
     per_seed = [(0.016, 0.017, -0.1, 1.21), (0.035, 0.02, -0.08, 1.39), (0.01, 0.009, -0.42, 1.46)]
@@ -456,6 +457,10 @@ def test_the_committed_eight_node_seeds_with_the_worked_prompt_recompute():
     assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == (0.015, 0.001, 0.03)
     assert _rounded(hourly_difference(rows, *arms), 2)[2:] == (-0.2, -0.66, 0.27)
     assert _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2:] == (1.36, 1.04, 1.68)
+    assert floor_words([r for r in rows if r["arm"] == "1/1"]) == (
+        "  the likelihood floor dropped 298 of the 6076 peer completions it judged (4.9 %); by quarter of the "
+        "rounds 6.1 %, 5.0 %, 2.2 %, 6.1 %; per seed 4.1 %, 5.5 %, 5.0 %"
+    )
 
 
 def test_where_a_node_round_goes_by_hand(tmp_path):
