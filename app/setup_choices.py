@@ -77,7 +77,7 @@ WORKED4 = Measured(
     "arms-ij4-worked-2026-12-05-seed*.csv", "4/0w", "2/2w", 25, 6, 0.030, 0.018, 0.043, (0.414, 0.142, 0.6849)
 )
 WORKED8 = Measured(
-    "sharing-8n-worked-2026-12-05-seed*.csv", "2/0", "1/1", 100, 3, 0.021, -0.012, 0.053, (-0.199, -0.66449, 0.2666)
+    "sharing-8n-worked-2026-12-05-seed*.csv", "2/0", "1/1", 100, 4, 0.018, -0.001, 0.037, (-0.297, -0.694, 0.099)
 )
 SHARING_MEASURED = (
     "<b>What sharing gave, measured</b> (held-out questions solved against training alone, in this "
