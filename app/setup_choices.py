@@ -24,6 +24,11 @@ SHARED_WORDS = (
 )
 
 
+def _signed(x: float) -> str:
+    """x to two places with its sign; one that rounds to zero is 0.00, not -0.00 or +0.00."""
+    return f"{x:+.2f}" if round(x, 2) else "0.00"
+
+
 @dataclass(frozen=True)
 class Measured:
     """A lab comparison the setup quotes: `arm` − `baseline` in the share of held-out questions
@@ -49,8 +54,8 @@ class Measured:
         else:
             verdict = "a gain" if self.seeds >= self.DECIDES else "a lead; too few seeds to decide"
         return (
-            f"{self.mean:+.2f} after {self.rounds} rounds ({self.seeds} seeds, 95 % interval "
-            f"{self.lo:+.2f}..{self.hi:+.2f}: {verdict}); {self.hourly_words()}"
+            f"{_signed(self.mean)} after {self.rounds} rounds ({self.seeds} seeds, 95 % interval "
+            f"{_signed(self.lo)}..{_signed(self.hi)}: {verdict}); {self.hourly_words()}"
         )
 
     def hourly_words(self) -> str:
@@ -63,7 +68,7 @@ class Measured:
             verdict = "more than alone"
         else:
             verdict = "no difference shown"
-        return f"per computing hour {m:+.2f} ({lo:+.2f}..{hi:+.2f}: {verdict})"
+        return f"per computing hour {_signed(m)} ({_signed(lo)}..{_signed(hi)}: {verdict})"
 
 
 SYMMETRIC = Measured(

@@ -49,6 +49,9 @@ def test_the_words_call_a_gain_only_an_interval_above_zero_over_six_seeds():
     assert few.hourly_words().endswith("(+0.10..+0.90: no difference shown)")  # 2 seeds: no claim of more
     assert Measured("x", "a", "b", 30, 6, 0, 0, 0, (0.5, 0.1, 0.9)).hourly_words().endswith(": more than alone)")
     assert Measured("x", "a", "b", 30, 6, 0, 0, 0, even).hourly_words().endswith(": no difference shown)")
+    near = Measured("x", "a", "b", 100, 4, 0.018, -0.001, 0.037, (0.004, -0.69, 0.1))  # bounds that round to 0
+    assert "(4 seeds, 95 % interval 0.00..+0.04: no gain shown)" in near.words()
+    assert near.hourly_words() == "per computing hour 0.00 (-0.69..+0.10: no difference shown)"
     assert all(m.words() in SHARING_MEASURED for m in (SYMMETRIC, WORKED8, WORKED4, NEWCOMER, MIXED4))
 
 
