@@ -107,8 +107,7 @@ def floor_words(rows: list[dict]) -> str | None:
     def rate(part: list[dict]) -> tuple[float, float]:
         return sum(float(r["floor_dropped"] or 0) for r in part), sum(float(r["floor_judged"]) for r in part)
 
-    def pct(part: list[dict]) -> str:
-        dropped, of = rate(part)
+    def pct(dropped: float, of: float) -> str:
         return f"{100 * dropped / of:.1f} %" if of else "none judged"
 
     dropped, of = rate(judged)
@@ -116,10 +115,10 @@ def floor_words(rows: list[dict]) -> str | None:
     seeds = sorted({int(r["seed"]) for r in judged})
     words = (
         f"  the likelihood floor dropped {dropped:.0f} of the {of:.0f} peer completions it judged "
-        f"({pct(judged)}); by quarter of the rounds " + ", ".join(pct(q) for q in quarters)
+        f"({pct(dropped, of)}); by quarter of the rounds " + ", ".join(pct(*rate(q)) for q in quarters)
     )
     if len(seeds) > 1:
-        words += "; per seed " + ", ".join(pct([r for r in judged if int(r["seed"]) == s]) for s in seeds)
+        words += "; per seed " + ", ".join(pct(*rate([r for r in judged if int(r["seed"]) == s])) for s in seeds)
     return words
 
 
