@@ -82,7 +82,7 @@ WORKED4 = Measured(
     "arms-ij4-worked-2026-12-05-seed*.csv", "4/0w", "2/2w", 25, 6, 0.030, 0.018, 0.043, (0.414, 0.142, 0.6849)
 )
 WORKED8 = Measured(
-    "sharing-8n-worked-2026-12-05-seed*.csv", "2/0", "1/1", 100, 5, 0.0109, -0.0129, 0.0346, (-0.385, -0.748, -0.023)
+    "sharing-8n-worked-2026-12-05-seed*.csv", "2/0", "1/1", 100, 6, 0.0112, -0.0068, 0.0292, (-0.372, -0.648, -0.0953)
 )
 SHARING_MEASURED = (
     "<b>What sharing gave, measured</b> (held-out questions solved against training alone, in this "

@@ -440,11 +440,13 @@ def test_the_committed_eight_node_seeds_with_the_worked_prompt_recompute():
     node-hour -0.30 (-0.69..+0.10), a node-round 1.39x (1.19..1.60); the floor 436 of 8,204.
     Seed 4 -0.018, +0.001, -0.74, 1.45x; seeds 0-4 +0.011 (-0.013..+0.035), every level +0.012
     (+0.003..+0.021), per node-hour -0.39 (-0.75..-0.02), a node-round 1.40x (1.26..1.54); the
-    floor 514 of 10,352 (5.0 %)."""
-    files = [f"sharing-8n-worked-2026-12-05-seed{s}.csv" for s in range(5)]
+    floor 514 of 10,352 (5.0 %). Seed 5 +0.013, +0.008, -0.30, 1.36x; seeds 0-5 +0.011
+    (-0.007..+0.029), every level +0.011 (+0.004..+0.018), per node-hour -0.37 (-0.65..-0.10), a
+    node-round 1.40x (1.29..1.51); the floor 588 of 12,426 (4.7 %)."""
+    files = [f"sharing-8n-worked-2026-12-05-seed{s}.csv" for s in range(6)]
     arms = ("2/0", "1/1")
     per_seed = [(0.016, 0.017, -0.1, 1.21), (0.035, 0.02, -0.08, 1.39), (0.01, 0.009, -0.42, 1.46)]
-    per_seed += [(0.01, 0.011, -0.59, 1.5), (-0.018, 0.001, -0.74, 1.45)]
+    per_seed += [(0.01, 0.011, -0.59, 1.5), (-0.018, 0.001, -0.74, 1.45), (0.013, 0.008, -0.3, 1.36)]
     for name, want in zip(files, per_seed):
         rows = _committed([name], arms)
         assert max(int(r["round"]) for r in rows) == 100 and len({r["node"] for r in rows}) == 8
@@ -475,7 +477,7 @@ def test_the_committed_eight_node_seeds_with_the_worked_prompt_recompute():
     assert floor_words([r for r in rows if r["arm"] == "1/1"]).startswith(
         "  the likelihood floor dropped 436 of the 8204 peer completions it judged (5.3 %)"
     )
-    rows = _committed(files, arms)
+    rows = _committed(files[:5], arms)
     assert _rounded(difference(rows, *arms)) == ("seed", 5, 0.011, -0.013, 0.035)
     assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == (0.012, 0.003, 0.021)
     assert _rounded(hourly_difference(rows, *arms), 2)[2:] == (-0.39, -0.75, -0.02)
@@ -483,6 +485,15 @@ def test_the_committed_eight_node_seeds_with_the_worked_prompt_recompute():
     assert floor_words([r for r in rows if r["arm"] == "1/1"]) == (
         "  the likelihood floor dropped 514 of the 10352 peer completions it judged (5.0 %); by quarter of the "
         "rounds 5.8 %, 4.7 %, 3.3 %, 6.0 %; per seed 4.1 %, 5.5 %, 5.0 %, 6.5 %, 3.6 %"
+    )
+    rows = _committed(files, arms)
+    assert _rounded(difference(rows, *arms)) == ("seed", 6, 0.011, -0.007, 0.029)
+    assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == (0.011, 0.004, 0.018)
+    assert _rounded(hourly_difference(rows, *arms), 2)[2:] == (-0.37, -0.65, -0.1)
+    assert _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2:] == (1.4, 1.29, 1.51)
+    assert floor_words([r for r in rows if r["arm"] == "1/1"]) == (
+        "  the likelihood floor dropped 588 of the 12426 peer completions it judged (4.7 %); by quarter of the "
+        "rounds 5.6 %, 4.4 %, 3.5 %, 5.3 %; per seed 4.1 %, 5.5 %, 5.0 %, 6.5 %, 3.6 %, 3.6 %"
     )
 
 
