@@ -460,41 +460,50 @@ def test_the_committed_eight_node_seeds_with_the_worked_prompt_recompute():
     two = _committed(files[:2], arms)
     assert _rounded(difference(two, *arms)) == ("seed", 2, 0.026, -0.096, 0.148)
     assert _rounded(hourly_difference(two, *arms), 2)[2:] == (-0.09, -0.18, 0.0)
-    rows = _committed(files[:3], arms)
-    assert _rounded(difference(rows, *arms)) == ("seed", 3, 0.021, -0.012, 0.053)
-    assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == (0.015, 0.001, 0.03)
-    assert _rounded(hourly_difference(rows, *arms), 2)[2:] == (-0.2, -0.66, 0.27)
-    assert _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2:] == (1.36, 1.04, 1.68)
-    assert floor_words([r for r in rows if r["arm"] == "1/1"]) == (
-        "  the likelihood floor dropped 298 of the 6076 peer completions it judged (4.9 %); by quarter of the "
-        "rounds 6.1 %, 5.0 %, 2.2 %, 6.1 %; per seed 4.1 %, 5.5 %, 5.0 %"
+    floor = (
+        "  the likelihood floor dropped {} peer completions it judged ({}); by quarter of the rounds {}; per seed {}"
     )
-    rows = _committed(files[:4], arms)
-    assert _rounded(difference(rows, *arms)) == ("seed", 4, 0.018, -0.001, 0.037)
-    assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == (0.014, 0.006, 0.022)
-    assert _rounded(hourly_difference(rows, *arms), 2)[2:] == (-0.3, -0.69, 0.1)
-    assert _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2:] == (1.39, 1.19, 1.6)
-    assert floor_words([r for r in rows if r["arm"] == "1/1"]).startswith(
-        "  the likelihood floor dropped 436 of the 8204 peer completions it judged (5.3 %)"
-    )
-    rows = _committed(files[:5], arms)
-    assert _rounded(difference(rows, *arms)) == ("seed", 5, 0.011, -0.013, 0.035)
-    assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == (0.012, 0.003, 0.021)
-    assert _rounded(hourly_difference(rows, *arms), 2)[2:] == (-0.39, -0.75, -0.02)
-    assert _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2:] == (1.4, 1.26, 1.54)
-    assert floor_words([r for r in rows if r["arm"] == "1/1"]) == (
-        "  the likelihood floor dropped 514 of the 10352 peer completions it judged (5.0 %); by quarter of the "
-        "rounds 5.8 %, 4.7 %, 3.3 %, 6.0 %; per seed 4.1 %, 5.5 %, 5.0 %, 6.5 %, 3.6 %"
-    )
-    rows = _committed(files, arms)
-    assert _rounded(difference(rows, *arms)) == ("seed", 6, 0.011, -0.007, 0.029)
-    assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == (0.011, 0.004, 0.018)
-    assert _rounded(hourly_difference(rows, *arms), 2)[2:] == (-0.37, -0.65, -0.1)
-    assert _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2:] == (1.4, 1.29, 1.51)
-    assert floor_words([r for r in rows if r["arm"] == "1/1"]) == (
-        "  the likelihood floor dropped 588 of the 12426 peer completions it judged (4.7 %); by quarter of the "
-        "rounds 5.6 %, 4.4 %, 3.5 %, 5.3 %; per seed 4.1 %, 5.5 %, 5.0 %, 6.5 %, 3.6 %, 3.6 %"
-    )
+    pools = [  # seeds, start level, every level, per node-hour, a node-round, the floor's words
+        (
+            3,
+            (0.021, -0.012, 0.053),
+            (0.015, 0.001, 0.03),
+            (-0.2, -0.66, 0.27),
+            (1.36, 1.04, 1.68),
+            ("298 of the 6076", "4.9 %", "6.1 %, 5.0 %, 2.2 %, 6.1 %", "4.1 %, 5.5 %, 5.0 %"),
+        ),
+        (
+            4,
+            (0.018, -0.001, 0.037),
+            (0.014, 0.006, 0.022),
+            (-0.3, -0.69, 0.1),
+            (1.39, 1.19, 1.6),
+            ("436 of the 8204", "5.3 %", "6.3 %, 5.4 %, 3.0 %, 6.4 %", "4.1 %, 5.5 %, 5.0 %, 6.5 %"),
+        ),
+        (
+            5,
+            (0.011, -0.013, 0.035),
+            (0.012, 0.003, 0.021),
+            (-0.39, -0.75, -0.02),
+            (1.4, 1.26, 1.54),
+            ("514 of the 10352", "5.0 %", "5.8 %, 4.7 %, 3.3 %, 6.0 %", "4.1 %, 5.5 %, 5.0 %, 6.5 %, 3.6 %"),
+        ),
+        (
+            6,
+            (0.011, -0.007, 0.029),
+            (0.011, 0.004, 0.018),
+            (-0.37, -0.65, -0.1),
+            (1.4, 1.29, 1.51),
+            ("588 of the 12426", "4.7 %", "5.6 %, 4.4 %, 3.5 %, 5.3 %", "4.1 %, 5.5 %, 5.0 %, 6.5 %, 3.6 %, 3.6 %"),
+        ),
+    ]
+    for n, held, every, hourly, cost, words in pools:
+        rows = _committed(files[:n], arms)
+        assert _rounded(difference(rows, *arms)) == ("seed", n, *held)
+        assert _rounded(difference(rows, *arms, "eval_capability"))[2:] == every, n
+        assert _rounded(hourly_difference(rows, *arms), 2)[2:] == hourly, n
+        assert _rounded(cost_ratios(rows, *arms)["round_seconds"], 2)[2:] == cost, n
+        assert floor_words([r for r in rows if r["arm"] == "1/1"]) == floor.format(*words), n
 
 
 def test_where_a_node_round_goes_by_hand(tmp_path):
