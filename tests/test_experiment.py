@@ -346,44 +346,60 @@ def test_the_committed_side_by_side_costs_recompute():
     }
 
 
-def test_the_committed_curriculum_off_arm_recomputes():
-    """The results README and experiment.md quote nocurr (tasks.curriculum=false) against base over
-    8 (seed, node) pairs: start level +0.007 (-0.023..+0.037), every level +0.004 (-0.008..+0.016),
-    training solve rate +0.094 (+0.074..+0.114): recomputed from the committed CSVs."""
-    rows = _committed([*BASE_SEEDS_0_1, "lab-2026-12-04-nocurr.csv"], ("base", "nocurr"))
-    assert _rounded(difference(rows, "base", "nocurr")) == ("node", 8, 0.007, -0.023, 0.037)
-    assert _rounded(difference(rows, "base", "nocurr", "eval_capability"))[2:] == (0.004, -0.008, 0.016)
-    assert _rounded(training_difference(rows, "base", "nocurr"))[2:] == (0.094, 0.074, 0.114)
+LITE_DRGRPO = [*BASE_SEEDS_0_1, "lab-2026-12-04-lite.csv", "lab-2026-12-04-drgrpo.csv"]
+WORKED_SEEDS_0_1 = ["lab-2026-12-01-worked.csv"]  # the worked prompt's rows, the default since 2026-12-05
+# What the results README and experiment.md quote for each recipe-lab arm run alone and paired by
+# (seed, node) over 8 pairs: (files, against, arm, start level, every level, training solve rate),
+# each a (mean, lo, hi) over the pairs; None where the docs quote no such figure.
+COMMITTED_ARMS = [
+    (
+        [*BASE_SEEDS_0_1, "lab-2026-12-04-nocurr.csv"],  # tasks.curriculum=false
+        "base",
+        "nocurr",
+        (0.007, -0.023, 0.037),
+        (0.004, -0.008, 0.016),
+        (0.094, 0.074, 0.114),
+    ),
+    (
+        [*BASE_SEEDS_0_1, "lab-2026-12-04-lite.csv"],  # train.advantage_scale=batch
+        "base",
+        "lite",
+        (-0.014, -0.042, 0.015),
+        (-0.007, -0.022, 0.007),
+        (0.005, -0.005, 0.014),
+    ),
+    (LITE_DRGRPO, "base", "drgrpo", (-0.007, -0.027, 0.014), (-0.006, -0.017, 0.006), None),  # advantage_scale=none
+    (LITE_DRGRPO, "lite", "drgrpo", (0.007, -0.014, 0.028), None, None),
+    (
+        [*BASE_SEEDS_0_1, "lab-2026-12-05-seqmean.csv"],  # train.loss_mean=sequence, one_shot like base
+        "base",
+        "seqmean",
+        (-0.009, -0.03, 0.012),
+        (-0.004, -0.013, 0.005),
+        (-0.001, -0.009, 0.006),
+    ),
+    (
+        [*WORKED_SEEDS_0_1, "lab-2026-12-06-lr2.5e-5.csv"],  # train.learning_rate=2.5e-5, half the default
+        "worked",
+        "lr2.5e-5",
+        (-0.017, -0.033, -0.0),
+        (-0.013, -0.024, -0.001),
+        (-0.018, -0.03, -0.006),
+    ),
+]
 
 
-def test_the_committed_advantage_scale_arm_recomputes():
-    """The results README and experiment.md quote lite (train.advantage_scale=batch) against base
-    over 8 (seed, node) pairs: start level -0.014 (-0.042..+0.015), every level -0.007
-    (-0.022..+0.007), training solve rate +0.005 (-0.005..+0.014): recomputed from the committed CSVs."""
-    rows = _committed([*BASE_SEEDS_0_1, "lab-2026-12-04-lite.csv"], ("base", "lite"))
-    assert _rounded(difference(rows, "base", "lite")) == ("node", 8, -0.014, -0.042, 0.015)
-    assert _rounded(difference(rows, "base", "lite", "eval_capability"))[2:] == (-0.007, -0.022, 0.007)
-    assert _rounded(training_difference(rows, "base", "lite"))[2:] == (0.005, -0.005, 0.014)
-
-
-def test_the_committed_unscaled_advantage_arm_recomputes():
-    """drgrpo (train.advantage_scale=none) against base over 8 (seed, node) pairs: start level -0.007
-    (-0.027..+0.014), every level -0.006 (-0.017..+0.006); against lite +0.007 (-0.014..+0.028)."""
-    names = [*BASE_SEEDS_0_1, "lab-2026-12-04-lite.csv", "lab-2026-12-04-drgrpo.csv"]
-    rows = _committed(names, ("base", "lite", "drgrpo"))
-    assert _rounded(difference(rows, "base", "drgrpo")) == ("node", 8, -0.007, -0.027, 0.014)
-    assert _rounded(difference(rows, "base", "drgrpo", "eval_capability"))[2:] == (-0.006, -0.017, 0.006)
-    assert _rounded(difference(rows, "lite", "drgrpo"))[2:] == (0.007, -0.014, 0.028)
-
-
-def test_the_committed_sequence_mean_arm_recomputes():
-    """The results README and experiment.md quote seqmean (train.loss_mean=sequence, one_shot like
-    the committed base) against base over 8 (seed, node) pairs: start level -0.009 (-0.030..+0.012),
-    every level -0.004 (-0.013..+0.005), training solve rate -0.001 (-0.009..+0.006)."""
-    rows = _committed([*BASE_SEEDS_0_1, "lab-2026-12-05-seqmean.csv"], ("base", "seqmean"))
-    assert _rounded(difference(rows, "base", "seqmean")) == ("node", 8, -0.009, -0.03, 0.012)
-    assert _rounded(difference(rows, "base", "seqmean", "eval_capability"))[2:] == (-0.004, -0.013, 0.005)
-    assert _rounded(training_difference(rows, "base", "seqmean"))[2:] == (-0.001, -0.009, 0.006)
+@pytest.mark.parametrize(
+    "names, against, arm, start, every, training", COMMITTED_ARMS, ids=[f"{a[2]}-{a[1]}" for a in COMMITTED_ARMS]
+)
+def test_each_committed_lab_arm_recomputes(names, against, arm, start, every, training):
+    """Each arm's quoted figures against the arm it pairs with, recomputed from the committed CSVs."""
+    rows = _committed(names, (against, arm))
+    assert _rounded(difference(rows, against, arm)) == ("node", 8, *start)
+    if every is not None:
+        assert _rounded(difference(rows, against, arm, "eval_capability"))[2:] == every
+    if training is not None:
+        assert _rounded(training_difference(rows, against, arm))[2:] == training
 
 
 def test_the_committed_worked_example_at_equal_time_recomputes():
