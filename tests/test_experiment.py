@@ -402,6 +402,19 @@ def test_each_committed_lab_arm_recomputes(names, against, arm, start, every, tr
         assert _rounded(training_difference(rows, against, arm))[2:] == training
 
 
+def test_the_committed_refill_pilot_recomputes():
+    """refill1 (round.refill_passes=1), nodes 0-1 of seeds 0-1, against worked over the 4 pairs both
+    have: start level +0.020 (-0.020..+0.059), every level +0.012 (-0.006..+0.030), 1.54x the trained
+    tokens; side by side with the defaults (4 nodes x 30 rounds) a node-round 1.50x (1.20..1.81)."""
+    rows = _committed([*WORKED_SEEDS_0_1, "lab-2026-12-06-refill1-nodes0-1.csv"], ("worked", "refill1"))
+    assert _rounded(difference(rows, "worked", "refill1")) == ("node", 4, 0.02, -0.02, 0.059)
+    assert _rounded(difference(rows, "worked", "refill1", "eval_capability"))[2:] == (0.012, -0.006, 0.03)
+    assert round(cost_ratios(rows, "worked", "refill1")["train_tokens"].mean, 2) == 1.54
+    rows, _, _ = read_rows([str(RESULTS / "lab-2026-12-06-refill1-timing.csv")])
+    cost = cost_ratios(rows, "base", "refill1")["round_seconds"]
+    assert _rounded(cost, 2)[2:] == (1.5, 1.2, 1.81)
+
+
 def test_the_committed_worked_example_at_equal_time_recomputes():
     """The results README and experiment.md quote worked (tasks.prompt=worked) against base at equal
     time (36 minutes of rounds a node, side by side) over 8 (seed, node) pairs: start level +0.040
