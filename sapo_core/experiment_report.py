@@ -241,13 +241,16 @@ def training_difference(rows: list[dict], baseline: str, arm: str) -> Comparison
     return compare(training_values(rows), arm_sharing(rows), baseline, arm)
 
 
-def total_rewards(rows: list[dict], arm: str) -> dict[int, float]:
+def total_rewards(rows: list[dict], arm: str, units: set[tuple[int, int]] | None = None) -> dict[int, float]:
     """seed -> the SAPO paper's own measure (§4, 'total reward'): the arm's training reward summed
     over its nodes and rounds, each node-round counting the mean reward of its own completions.
     Like `training_difference` it follows each node's curriculum; the paper reports it for one run
-    per configuration (8/0 561.79, 4/4 1093.31 over 8 nodes x 2000 rounds)."""
+    per configuration (8/0 561.79, 4/4 1093.31 over 8 nodes x 2000 rounds). `units`: only these
+    (seed, node) runs, to compare two arms on the same nodes."""
     out: dict[int, float] = {}
     for r in rows:
+        if units is not None and (int(r["seed"]), int(r["node"])) not in units:
+            continue
         if r["arm"] == arm and r.get("reward_mean", "") != "":
             out[int(r["seed"])] = out.get(int(r["seed"]), 0.0) + float(r["reward_mean"])
     return dict(sorted(out.items()))

@@ -32,15 +32,23 @@ from sapo_core.experiment_report import (
 
 
 def reward_lines(rows: list[dict], arms: list[str]) -> list[str]:
-    """The paper's measure per arm (mean over seeds) and each arm's % over the first, per seed."""
+    """The paper's measure per arm (mean over seeds) and each arm's % over the first, per seed.
+    The % sums both arms over the (seed, node) runs they share: a sum over 2 nodes against one
+    over 4 (a pilot paired with a full run) would say -50 % of nothing."""
     totals = {a: total_rewards(rows, a) for a in arms}
-    base = totals.get(arms[0], {}) if arms else {}
+    runs = {a: {(int(r["seed"]), int(r["node"])) for r in rows if r["arm"] == a} for a in arms}
     lines = []
     for arm in arms:
         t = totals[arm]
         if not t:
             continue
-        nodes = len({(int(r["seed"]), int(r["node"])) for r in rows if r["arm"] == arm}) / len(t)
+        base, mine, on = totals[arms[0]], t, ""
+        seeds = set(t) & set(base)
+        if arm != arms[0] and {u for u in runs[arm] if u[0] in seeds} != {u for u in runs[arms[0]] if u[0] in seeds}:
+            shared = runs[arm] & runs[arms[0]]
+            base, mine = total_rewards(rows, arms[0], shared), total_rewards(rows, arm, shared)
+            on = f" on the {len(shared)} (seed, node) runs both have"
+        nodes = len(runs[arm]) / len(t)
         rounds = max(int(r["round"]) for r in rows if r["arm"] == arm)
         m, lo, hi = mean_ci(list(t.values()))
         interval = interval_words(lo, hi, len(t), "seed", ".2f")
@@ -48,11 +56,11 @@ def reward_lines(rows: list[dict], arms: list[str]) -> list[str]:
             f"{arm}: total training reward (the paper's measure) {m:.2f} ({interval}) "
             f"over {len(t)} seed{'s' * (len(t) != 1)}, {nodes:g} nodes x {rounds} rounds each"
         )
-        pct = [100 * (t[s] / base[s] - 1) for s in sorted(set(t) & set(base)) if base[s] > 0]
+        pct = [100 * (mine[s] / base[s] - 1) for s in sorted(set(mine) & set(base)) if base[s] > 0]
         if arm != arms[0] and pct:
             pm, plo, phi = mean_ci(pct)
             ci = f" (95% CI {plo:+.0f}..{phi:+.0f} %)" if len(pct) > 1 else ""
-            line += f"; {pm:+.0f} %{ci} over {arms[0]}, per seed " + ", ".join(f"{x:+.0f} %" for x in pct)
+            line += f"; {pm:+.0f} %{ci} over {arms[0]}{on}, per seed " + ", ".join(f"{x:+.0f} %" for x in pct)
         lines.append(line)
     return lines
 

@@ -265,6 +265,18 @@ def test_the_papers_total_reward_by_hand():
     assert share.endswith("+75 % (95% CI -243..+393 %) over 2/0, per seed +50 %, +100 %")
 
 
+def test_the_papers_measure_compares_arms_on_the_runs_both_have():
+    """A pilot of nodes 0-1 paired with a full run of nodes 0-3: the full run's nodes 2-3 earn 1.0
+    each, its nodes 0-1 0.5 and 0.5, the pilot's 0.55 and 0.55. Over the same two nodes 1.1 / 1.0
+    = +10 %; the sums over all each arm ran (1.1 / 3.0) would say -63 %."""
+    rows = [dict(_row(0, "full", n, 1), reward_mean=v) for n, v in ((0, 0.5), (1, 0.5), (2, 1.0), (3, 1.0))]
+    rows += [dict(_row(0, "pilot", n, 1), reward_mean=0.55) for n in (0, 1)]
+    full, pilot = reward_lines(rows, ["full", "pilot"])
+    assert full.startswith("full: total training reward (the paper's measure) 3.00") and "4 nodes" in full
+    assert pilot.startswith("pilot: total training reward (the paper's measure) 1.10") and "2 nodes" in pilot
+    assert pilot.endswith("+10 % over full on the 2 (seed, node) runs both have, per seed +10 %")
+
+
 def test_cost_and_gain_per_node_hour():
     cost = arm_cost(ROWS, "lr")  # 2 rounds of 360 s per node: 0.2 h; final 0.45 on average against base 0.1
     assert cost.round_seconds == 360.0 and cost.train_tokens == 100.0 and cost.node_hours == pytest.approx(0.2)
