@@ -35,7 +35,7 @@ from typing import Any
 
 from sapo_core import logs
 from sapo_core.config import DEFAULT_TASK_WEIGHTS, ConfigError, NodeConfig, field_help
-from sapo_core.experiment_files import PLOT_NEEDS_MATPLOTLIB, read_rows, write_outputs
+from sapo_core.experiment_files import PLOT_NEEDS_MATPLOTLIB, read_rows, rows_up_to, write_outputs
 from sapo_core.experiment_runs import (
     STOP_GRACE_SECONDS,
     VETERAN_INDEX,
@@ -276,6 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(seeds run at different times or on other machines, with the same settings); --arm or --configs "
         "names pick the arms and their order (default: all, in the order the files hold them)",
     )
+    p.add_argument(
+        "--up-to-round",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --from-csv: the comparison as it stood after round N of a longer run (its later rows "
+        "left out: held-out is each node's last evaluation at or before N, the hours its rounds up to N; "
+        "run with --eval-every so that N is evaluated); 0: every round",
+    )
     logs.add_level_argument(p)
     return p
 
@@ -383,6 +392,9 @@ def _from_csv(args: argparse.Namespace) -> int:
     else:
         names = present
     rows = [r for r in rows if r["arm"] in names]
+    if args.up_to_round:
+        rows = rows_up_to(rows, args.up_to_round)
+        title = f"{title or 'SAPO experiment'}, up to round {args.up_to_round}"
     seeds = sorted({r["seed"] for r in rows})
     # the first file's title names its own seed count: say the merged one
     title = re.sub(r" x \d+ seeds?\b", f" x {len(seeds)} seeds", title or "SAPO experiment")
@@ -398,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.to_stderr(prefix=log_prefix)
     if args.from_csv:
         return _from_csv(args)
+    if args.up_to_round:
+        raise SystemExit("--up-to-round reads the rows of --from-csv files: give those")
     arms = _arms(args)
     # I + J (a --configs arm overrides those two only): the paper compares at the same number
     if args.configs and len({sum(v for _, v in a.overrides) for a in arms}) != 1:

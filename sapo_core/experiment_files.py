@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import re
 import statistics
+import sys
 from pathlib import Path
 
 from sapo_core.experiment_report import (
@@ -171,3 +172,24 @@ def read_rows(paths: list[str]) -> tuple[list[dict], str, dict[str, str]]:
                 if m:
                     specs.setdefault(m.group(1), m.group(2).strip())
     return list(rows.values()), title, specs
+
+
+def rows_up_to(rows: list[dict], last: int) -> list[dict]:
+    """The rows of rounds 1..last. A node whose held-out was last measured before `last` would
+    compare an earlier figure as if it were round `last`'s: said, by node, on stderr."""
+    if last < 1:
+        raise SystemExit("--up-to-round must be at least 1 (0: every round)")
+    kept = [r for r in rows if int(r["round"]) <= last]
+    measured: dict[tuple, int] = {}
+    for r in kept:
+        if r.get("eval_solve_rate", "") != "":
+            key = (r["seed"], r["arm"], r["node"])
+            measured[key] = max(measured.get(key, 0), int(r["round"]))
+    early = sorted(f"seed {s} {a} node {n} at round {at}" for (s, a, n), at in measured.items() if at < last)
+    if early:
+        print(
+            f"sapo-experiment: warning: held-out not measured at round {last} for {len(early)} node(s), their "
+            f"last before it taken: {'; '.join(early[:4])}{' ...' if len(early) > 4 else ''}",
+            file=sys.stderr,
+        )
+    return kept

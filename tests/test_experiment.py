@@ -692,6 +692,41 @@ def test_rows_of_several_files_are_summarised_together_old_and_new(tmp_path):
         main(["--from-csv", str(tmp_path / "bad.csv"), "--out", str(out)])
 
 
+def test_the_comparison_up_to_a_round_of_a_longer_run(tmp_path, capsys):
+    """Two isolated arms over 4 rounds, held-out measured at rounds 1 (the base 0.1), 2 and 4:
+    a 0.3 and 0.35 at round 2, 0.5 and 0.5 at 4; b 0.4 and 0.4, then 0.4 and 0.45. At the end
+    b - a is -0.1 and -0.05 (mean -0.075); up to round 2, +0.1 and +0.05 (+0.075), and the
+    hours count two rounds. Up to round 3 the round-2 figures stand in, and a warning says so."""
+    held = {("a", 0): (0.3, 0.5), ("a", 1): (0.35, 0.5), ("b", 0): (0.4, 0.4), ("b", 1): (0.4, 0.45)}
+    rows = []
+    for (arm, node), (at2, at4) in held.items():
+        rows += [
+            _row(0, arm, node, 1, 0.1),
+            _row(0, arm, node, 2, at2),
+            _row(0, arm, node, 3),
+            _row(0, arm, node, 4, at4),
+        ]
+    src = tmp_path / "run"
+    src.mkdir()
+    write_outputs(rows, src, "SAPO: 2 nodes x 4 rounds x 1 seeds, m", ["a", "b"], {"a": "", "b": "x=1"})
+    csv_path, out = str(src / "experiment.csv"), str(tmp_path / "out")
+    assert main(["--from-csv", csv_path, "--out", out]) == 0
+    assert "b - a: -0.075 (95% CI" in (tmp_path / "out" / "summary.txt").read_text()
+    assert main(["--from-csv", csv_path, "--up-to-round", "2", "--out", out]) == 0
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert summary.startswith("SAPO: 2 nodes x 4 rounds x 1 seeds, m, up to round 2 (seeds 0 from 1 file(s))\n")
+    assert "b - a: +0.075 (95% CI" in summary
+    assert "a: final held-out solve rate 0.325" in summary  # 0.3 and 0.35
+    assert capsys.readouterr().err == ""
+    assert main(["--from-csv", csv_path, "--up-to-round", "3", "--out", out]) == 0
+    warned = capsys.readouterr().err
+    assert "held-out not measured at round 3 for 4 node(s)" in warned and "seed 0 a node 0 at round 2" in warned
+    with pytest.raises(SystemExit, match="at least 1"):
+        main(["--from-csv", csv_path, "--up-to-round", "-1", "--out", out])
+    with pytest.raises(SystemExit, match="--from-csv"):
+        main(["--up-to-round", "2"])
+
+
 _DRY = ["--model", "tiny-random", "--nodes", "2", "--rounds", "2", "--eval-questions", "1", "--eval-samples", "1"]
 _DRY += ["--group-size", "2", "--max-new-tokens", "4", "--threads", "1"]
 
