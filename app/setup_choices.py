@@ -81,6 +81,17 @@ MIXED4 = Measured(
 WORKED4 = Measured(
     "arms-ij4-worked-2026-12-05-seed*.csv", "4/0w", "2/2w", 25, 6, 0.030, 0.018, 0.043, (0.414, 0.142, 0.6849)
 )
+WORKED4_100 = Measured(
+    "arms-ij4-worked-100r-2026-12-06-seed*.csv",
+    "4/0w",
+    "2/2w",
+    100,
+    3,
+    0.031,
+    0.0173,
+    0.0448,
+    (0.0453, -0.0765, 0.1671),
+)
 WORKED8 = Measured(
     "sharing-8n-worked-2026-12-05-seed*.csv", "2/0", "1/1", 100, 6, 0.0112, -0.0068, 0.0292, (-0.372, -0.648, -0.0953)
 )
@@ -90,6 +101,7 @@ SHARING_MEASURED = (
     f"<br>• 8 new computers sharing as the paper does, with the earlier prompt: {SYMMETRIC.words()}"
     f"<br>• 8 new computers doing so with today's prompt: {WORKED8.words()}"
     f"<br>• 4 new computers doing so with today's prompt: {WORKED4.words()}"
+    f"<br>• the same 4 computers, on for 100 rounds: {WORKED4_100.words()}"
     "<br>• a newcomer among trained computers that adopts their questions and right answers "
     f"(swarm.take = mixed, not the default): {NEWCOMER.words()}"
     f"<br>• 4 new computers doing so: {MIXED4.words()}"
