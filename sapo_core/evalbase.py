@@ -9,10 +9,15 @@ For the embedded model at the default settings it is also shipped (resources/eva
 written by `sapo-bench baseeval --write`): a new volunteer's first round then starts without the
 minute-long base evaluation (docs/calibration.md, 'The first minutes'). A shipped result is keyed
 by the model file's SHA-256 instead of its path, and used only where every other part of the key
-is the same. It was measured on the reference machine (the llama.cpp build this project pins);
-llama.cpp's samples are the same with 1 or 2 threads there, and `sapo-bench baseeval` (a slow
-test runs it) checks that measuring again gives exactly the shipped result. On a CPU whose
-kernels round differently the samples may differ, by the same chance as any re-draw.
+is the same. llama.cpp's samples are the same with 1 or 2 threads, but not on every CPU: a build
+with other features (AVX2 against AVX-512) runs other kernels, which round differently, and a
+few completions come out otherwise (1 of 216 on an AVX2-only EPYC, 2026-12-06). So each shipped
+entry records the kernels it was measured with (`Sampler.kernels`, the build's CPU features), a
+file holds one entry per kernel set measured, and a node takes the one of its own kernels where
+there is one, else the reference machine's (the entry without kernels, measured on an AVX-512
+EPYC), else any: a few completions' difference is worth not spending a minute before round 1,
+and the log says which it took. `sapo-bench baseeval` (a slow test runs it) checks that measuring
+again gives exactly the shipped result of these kernels.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -119,27 +124,52 @@ def shipped_files() -> list[Path]:
         return []
 
 
-def load_shipped(key: dict, questions: Sequence[Question], files: Sequence[Path] | None = None) -> EvalScores | None:
-    """The shipped result with exactly this key, or None."""
+@dataclass(frozen=True)
+class Shipped:
+    scores: EvalScores
+    kernels: str | None  # the build's CPU features it was measured with; None: the reference machine's
+
+
+def _entries(path: Path) -> list[dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    results = data.get("results", []) if isinstance(data, dict) else []
+    return [e for e in results if isinstance(e, dict)]
+
+
+def load_shipped(
+    key: dict, questions: Sequence[Question], kernels: str = "", files: Sequence[Path] | None = None
+) -> Shipped | None:
+    """The shipped result with exactly this key: the one measured with these `kernels` where there
+    is one, else the reference machine's (no kernels recorded), else any other; None if none."""
+    found: list[tuple[int, Shipped]] = []
     for path in shipped_files() if files is None else files:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        for entry in data.get("results", []) if isinstance(data, dict) else []:
-            if isinstance(entry, dict) and entry.get("key") == key:
-                try:
-                    scores = EvalScores.from_json(entry["scores"])
-                except (KeyError, TypeError):
-                    continue
-                if scores.keys == [q.id.key() for q in questions]:
-                    return scores
-    return None
+        for entry in _entries(path):
+            if entry.get("key") != key:
+                continue
+            try:
+                scores = EvalScores.from_json(entry["scores"])
+            except (KeyError, TypeError):
+                continue
+            measured_with = entry.get("kernels")
+            if scores.keys == [q.id.key() for q in questions] and (
+                measured_with is None or isinstance(measured_with, str)
+            ):
+                rank = 0 if measured_with == kernels else 1 if measured_with is None else 2
+                found.append((rank, Shipped(scores, measured_with)))
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
-def write_shipped(path: Path, entries: Sequence[tuple[dict, EvalScores]]) -> None:
-    """The shipped file: its results replaced by `entries`' (key, scores)."""
-    data = {"results": [{"key": key, "scores": scores.to_json()} for key, scores in entries]}
+def write_shipped(path: Path, entries: Sequence[tuple[dict, EvalScores]], kernels: str) -> None:
+    """The shipped file with `entries`' (key, scores) as measured with `kernels`: they replace the
+    entries of the same key and kernels; entries of these keys measured with other kernels stay,
+    entries of other keys (settings no longer the defaults) go."""
+    keys = [key for key, _ in entries]
+    kept = [e for e in _entries(path) if e.get("key") in keys and e.get("kernels") != kernels]
+    written = [{"key": key, "kernels": kernels, "scores": scores.to_json()} for key, scores in entries]
+    data = {"results": kept + written}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode())
 
@@ -152,6 +182,7 @@ __all__ = [
     "result_key",
     "shipped_key",
     "shipped_files",
+    "Shipped",
     "load_shipped",
     "write_shipped",
 ]

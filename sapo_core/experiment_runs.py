@@ -54,6 +54,7 @@ class SharedSampler:
 class _SamplerView:
     def __init__(self, shared: SharedSampler, node) -> None:
         self.shared, self.node, self.name = shared, node, shared.inner.name
+        self.kernels = shared.inner.kernels
 
     def sync_policy(self, policy) -> None:
         if self.shared.owner is not self:

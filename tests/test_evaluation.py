@@ -309,7 +309,7 @@ def test_a_shipped_base_result_is_used_for_its_model_file_only(tiny, tmp_path, m
     )
     key = evalbase.shipped_key(policy.model_id, "ab" * 32, probe.questions, settings, tasks, sampler.name)
     shipped = tmp_path / "shipped.json"
-    evalbase.write_shipped(shipped, [(key, fake)])
+    evalbase.write_shipped(shipped, [(key, fake)], sampler.kernels)
     monkeypatch.setattr(evalbase, "shipped_files", lambda: [shipped])
     m = Evaluator(tasks, settings, 2, tmp_path / "a", model_sha256="ab" * 32).run(sampler, policy, _Hooks())
     assert m["eval/solve_rate_base"] == 0.5 == m["eval/solve_rate"]  # version 0: the base itself, as shipped
@@ -344,20 +344,35 @@ def test_a_new_node_at_the_defaults_takes_the_shipped_base_result(tmp_path, data
     """A volunteer's first node (the embedded model, default settings): the base model's held-out
     result before round 1 is the shipped one, found by the model file's SHA-256, so not one base
     completion is sampled (a fresh first run measured it for 99 s while the node passed no SHA-256)."""
-    from sapo_core import evaluator
+    from sapo_core import evalbase, evaluator
     from sapo_core.config import NodeConfig
     from sapo_core.node import Node
 
     def no_sampling(*args, **kwargs):
         raise AssertionError("the base model was measured, not taken from resources/eval-base/")
 
+    taken = []
+
+    def load_shipped(key, questions, kernels):
+        taken.append((kernels, evalbase.load_shipped(key, questions, kernels)))
+        return taken[-1][1]
+
     monkeypatch.setattr(evaluator, "load_cached", lambda path, questions: None)  # as on a fresh machine
     monkeypatch.setattr(evaluator, "measure", no_sampling)
+    monkeypatch.setattr(evaluator, "load_shipped", load_shipped)
     node = Node(NodeConfig().replace(**{"run_dir": str(tmp_path / "run"), "swarm.enabled": False}))
     node.setup()
     try:
         figures = node.evaluate()
     finally:
         node.close()
-    assert figures["eval/solve_rate_base"] == figures["eval/solve_rate"] == pytest.approx(0.227, abs=0.001)
-    assert figures["eval/capability_base"] == pytest.approx(0.107, abs=0.001)
+    (kernels, start), (_, upper) = taken
+    assert (
+        kernels and start.kernels in (kernels, None) and upper.kernels == start.kernels
+    )  # this CPU's, or the reference's
+    solved = [x for row in start.scores.solved for x in row]
+    assert figures["eval/solve_rate_base"] == figures["eval/solve_rate"] == pytest.approx(sum(solved) / len(solved))
+    # the reference machine's (AVX-512) and an AVX2-only EPYC's: 11 of 864 completions score otherwise
+    expected = {None: (0.227, 0.107)}.get(start.kernels, (0.237, 0.109))
+    assert figures["eval/solve_rate_base"] == pytest.approx(expected[0], abs=0.001)
+    assert figures["eval/capability_base"] == pytest.approx(expected[1], abs=0.001)

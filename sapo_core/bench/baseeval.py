@@ -4,13 +4,14 @@ A new node needs the base model's result on the held-out sets before its first r
 measured against it): about 80 s on a 2-core CPU, most of a first round's time. For the embedded
 model at the default settings the result ships in resources/eval-base/ (evalbase.py). This
 benchmark measures it as a node would (the same sampler, sets, seeds and settings) and compares it
-with the shipped result completion by completion; `--write` replaces the shipped file with what was
-measured; `--questions N` measures only the first N questions of each set against the same rows of
-the shipped result (a quarter of the time for a quarter of the check; the slow test runs 24). One
-line at the end:
+with the shipped result of this llama.cpp build's kernels (its CPU features; evalbase.py) completion
+by completion; `--write` puts what was measured in the shipped file as these kernels' entry,
+keeping other kernels' entries of the same settings; `--questions N` measures only the first N
+questions of each set against the same rows of the shipped result (a quarter of the time for a
+quarter of the check; the slow test runs 24). One line at the end:
 
     baseeval: start level 0.227 (96 questions x 4), every level above it 0.047 (+96 x 4); shipped:
-    the same (864 of 864 completions); 126 s
+    the same (864 of 864 completions), measured with these kernels; 126 s
 """
 
 from __future__ import annotations
@@ -63,6 +64,15 @@ def head(scores, n: int):
     )
 
 
+def where_measured(shipped: set, kernels: str) -> str:
+    """Which shipped entries a check compared with: these kernels', the reference machine's or others'."""
+    if shipped == {kernels}:
+        return "measured with these kernels"
+    if shipped == {None}:
+        return f"measured on the reference machine (none shipped for these kernels: {kernels or 'unknown'})"
+    return f"measured with other kernels (none shipped for these: {kernels or 'unknown'})"
+
+
 def run(args: argparse.Namespace) -> int:
     from sapo_core import paths
     from sapo_core.catalog import load_catalogue
@@ -105,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
                 sampler.set_threads(args.threads)
             sampler.sync_policy(policy)
             measured = [measure(sampler, policy, tasks, qs, s, NullHooks()) for qs, (_, s) in zip(part, sets)]
+            kernels = sampler.kernels
         finally:
             sampler.close()
     sha = fingerprint(plan.gguf, paths.cache_dir()) if plan.gguf is not None else ""
@@ -117,17 +128,18 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.write and sha:
         path = shipped_path(plan.model_id)
-        write_shipped(path, list(zip(keys, measured)))
-        line += f"written to {path}"
+        write_shipped(path, list(zip(keys, measured)), kernels)
+        line += f"written to {path} for kernels {kernels or '(none)'}"
     elif not sha:
         line += f"nothing is shipped for {plan.model_id} (no model file)"
     else:
-        shipped = [load_shipped(k, qs) for k, (qs, _) in zip(keys, sets)]
+        shipped = [load_shipped(k, qs, kernels) for k, (qs, _) in zip(keys, sets)]
         if any(s is None for s in shipped):
             line += "nothing shipped for these settings"
         else:
-            alike = [same(m, head(s, len(qs))) for m, s, qs in zip(measured, shipped, part)]
+            alike = [same(m, head(s.scores, len(qs))) for m, s, qs in zip(measured, shipped, part)]
             agree, total = sum(a for a, _ in alike), sum(t for _, t in alike)
-            line += f"shipped: {'the same' if agree == total else 'differs'} ({agree} of {total} completions)"
+            line += f"shipped: {'the same' if agree == total else 'differs'} ({agree} of {total} completions), "
+            line += where_measured({s.kernels for s in shipped}, kernels)
     print(f"{line}; {time.time() - started:.0f} s", flush=True)
     return 0

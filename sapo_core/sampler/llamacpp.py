@@ -34,7 +34,7 @@ import psutil
 from sapo_core.config import SamplerConfig
 from sapo_core.cpu import physical_cores
 from sapo_core.hooks import Interrupted, RoundHooks
-from sapo_core.sampler.base import SampledSequence, SamplerError, SamplingParams
+from sapo_core.sampler.base import SampledSequence, SamplerError, SamplingParams, build_features
 from sapo_core.sampler.guard import WorkerProcess
 
 if TYPE_CHECKING:  # the node has torch loaded anyway; `llamacpp_available` needs none of it
@@ -318,6 +318,11 @@ class LlamaCppSampler:
     def status(self) -> dict[str, Any]:
         """What the worker holds: model path, adapter path, threads, context size, pid."""
         return self._worker.call("status")
+
+    @property
+    def kernels(self) -> str:
+        """The build's CPU features: what decides which tokens a seed gives (evalbase.py)."""
+        return build_features(str(self.info.get("system_info", "")))
 
     @property
     def worker_pid(self) -> int:

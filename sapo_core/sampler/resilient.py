@@ -49,6 +49,10 @@ class ResilientSampler:
     def name(self) -> str:
         return self.inner.name
 
+    @property
+    def kernels(self) -> str:
+        return self.inner.kernels
+
     def sample(
         self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], params: SamplingParams, hooks: RoundHooks
     ) -> list[list[SampledSequence]]:

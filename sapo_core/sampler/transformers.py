@@ -89,6 +89,7 @@ class _ChosenLogprobs:
 
 class TransformersSampler:
     name = "transformers"
+    kernels = ""  # no result is shipped for it (evalbase.py)
 
     def __init__(self, policy: Policy, max_batch_sequences: int = 0, merge: bool | None = None) -> None:
         """`max_batch_sequences`: sequences decoded together (0: 256 on a GPU, 64 on the CPU).
