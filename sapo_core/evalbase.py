@@ -144,22 +144,31 @@ def load_shipped(
 ) -> Shipped | None:
     """The shipped result with exactly this key: the one measured with these `kernels` where there
     is one, else the reference machine's (no kernels recorded), else any other; None if none."""
+    keys = [q.id.key() for q in questions]
     found: list[tuple[int, Shipped]] = []
     for path in shipped_files() if files is None else files:
         for entry in _entries(path):
-            if entry.get("key") != key:
+            measured_with = entry.get("kernels")
+            if entry.get("key") != key or not (measured_with is None or isinstance(measured_with, str)):
                 continue
             try:
                 scores = EvalScores.from_json(entry["scores"])
             except (KeyError, TypeError):
                 continue
-            measured_with = entry.get("kernels")
-            if scores.keys == [q.id.key() for q in questions] and (
-                measured_with is None or isinstance(measured_with, str)
-            ):
+            if scores.keys == keys:
                 rank = 0 if measured_with == kernels else 1 if measured_with is None else 2
                 found.append((rank, Shipped(scores, measured_with)))
     return min(found, key=lambda f: f[0])[1] if found else None
+
+
+def measured_where(shipped_kernels: str | None, kernels: str) -> str:
+    """Where a shipped result was measured, against this CPU's `kernels` (the log and baseeval say it)."""
+    if shipped_kernels == kernels:
+        return "measured with this CPU's kernels"
+    where = "on the reference machine (AVX-512, kernels not recorded)"
+    if shipped_kernels is not None:
+        where = f"with other kernels ({shipped_kernels})"
+    return f"measured {where}, not with this CPU's ({kernels or 'unknown'}): a few completions may differ here"
 
 
 def write_shipped(path: Path, entries: Sequence[tuple[dict, EvalScores]], kernels: str) -> None:
@@ -184,5 +193,6 @@ __all__ = [
     "shipped_files",
     "Shipped",
     "load_shipped",
+    "measured_where",
     "write_shipped",
 ]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from sapo_core.config import EvalConfig
 from sapo_core.evalbase import (
-    Shipped,
     base_cache_path,
     base_weights,
     load_cached,
     load_shipped,
+    measured_where,
     save_cached,
     shipped_key,
 )
@@ -164,9 +164,8 @@ class Evaluator:
             key = shipped_key(policy.model_id, self.model_sha256, questions, settings, self.tasks, sampler.name)
             shipped = load_shipped(key, questions, sampler.kernels)
             if shipped is not None:
-                log.info(
-                    "the base model's held-out result: as shipped with the app, %s", shipped_from(shipped, sampler)
-                )
+                where = measured_where(shipped.kernels, sampler.kernels)
+                log.info("the base model's held-out result: as shipped with the app, %s", where)
                 save_cached(path, shipped.scores)
                 return shipped.scores
         if policy.version == 0:
@@ -180,15 +179,6 @@ class Evaluator:
             return None
         save_cached(path, scores)
         return scores
-
-
-def shipped_from(shipped: Shipped, sampler) -> str:
-    """Where a shipped result was measured, as the log says it."""
-    if shipped.kernels == sampler.kernels:
-        return "measured with this CPU's kernels"
-    if shipped.kernels is None:
-        return "measured on the reference machine (AVX-512, kernels not recorded): a few completions may differ here"
-    return f"measured with other kernels ({shipped.kernels}): a few completions may differ here"
 
 
 def eval_due(store: RunStore, cfg: EvalConfig, r: int) -> bool:

@@ -9,9 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sapo_core.evalbase import Shipped, load_shipped, write_shipped
+from sapo_core.evalbase import load_shipped, measured_where, write_shipped
 from sapo_core.evaluation import EvalScores
-from sapo_core.evaluator import shipped_from
 from sapo_core.sampler.base import build_features
 
 AVX2 = "AVX AVX2 BMI2 F16C FMA LLAMAFILE OPENMP REPACK SSE3 SSSE3"
@@ -88,7 +87,6 @@ def test_writing_one_kernel_sets_result_keeps_the_others_and_drops_stale_setting
 
 
 def test_the_log_says_where_the_shipped_result_was_measured():
-    here = SimpleNamespace(kernels=AVX2)
-    assert shipped_from(Shipped(scores(0.0), AVX2), here) == "measured with this CPU's kernels"
-    assert "reference machine" in shipped_from(Shipped(scores(0.0), None), here)
-    assert f"other kernels ({AVX512})" in shipped_from(Shipped(scores(0.0), AVX512), here)
+    assert measured_where(AVX2, AVX2) == "measured with this CPU's kernels"
+    assert "reference machine" in measured_where(None, AVX2) and f"this CPU's ({AVX2})" in measured_where(None, AVX2)
+    assert f"other kernels ({AVX512})" in measured_where(AVX512, AVX2)
