@@ -59,7 +59,7 @@ from sapo_core.owngroups import ADOPT_PART, OwnGroups, Refill, mixed_seed
 from sapo_core.policy import Policy, load_policy
 from sapo_core.rollouts import Group
 from sapo_core.roundshape import RoundShape
-from sapo_core.rundir import BaseFile, NodeError, open_store, resume, save_failed
+from sapo_core.rundir import BaseFile, NodeError, keep_run_model, open_store, resume, save_failed
 from sapo_core.sampler.resilient import ResilientSampler
 from sapo_core.swarmsteps import PeerJudges, describe_self, open_source, swarm_step
 from sapo_core.tasks import TaskSet
@@ -97,11 +97,19 @@ class Node:
         if trouble:  # said before any work, not after the first round's
             raise NodeError(f"the run directory {self.run_dir} cannot take the node's progress: {trouble}")
         self.store = open_store(self.run_dir)
+        self.cfg, kept = keep_run_model(cfg, self.store.get_meta("model_id"))
+        cfg = self.cfg
+        if kept:
+            log.info(f"model: {kept}")
         self.checkpoints = Checkpoints(self.run_dir)
         self.threads = threads = self.choose_threads()
         torch.set_num_threads(threads)
         plan = resolve_model(cfg, hooks)
         log.info(f"model: {plan.why}")
+        if cfg.model.name == "auto" and not cfg.model.gguf_path:
+            # the run's record (run_dir/config.toml) names what was chosen: `sapo-node eval` and
+            # the export load that model, not the one 'auto' would choose today
+            self.cfg = cfg = cfg.replace(**{"model.name": plan.model_id})
         if plan.micro_batch_size < cfg.train.micro_batch_size:
             log.info(f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})

@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sapo_core.catalog import load_catalogue
 from sapo_core.checkpoint import Checkpoints, CheckpointState
+from sapo_core.config import NodeConfig
 from sapo_core.fsutil import write_trouble
 from sapo_core.modelfiles import file_stamp
 from sapo_core.policy import Policy
@@ -114,6 +116,19 @@ def resume(
     return state
 
 
+def keep_run_model(cfg: NodeConfig, was: str | None) -> tuple[NodeConfig, str]:
+    """A run goes on with the model it began with (`was`: the store's or the checkpoint's model
+    id): with model.name 'auto' the choice is made once, when the run is new. Chosen again at
+    every start it could move with the RAM free that day or a new probe (`sapo-node hardware
+    --probe` finds bigger models fast enough), and the checkpoint would then refuse the other
+    model. Returns the config to run and what was kept ('' when the config names its model, or
+    the run is new, or its model is not in the catalogue)."""
+    if cfg.model.name != "auto" or cfg.model.gguf_path or not was or was not in load_catalogue().ids():
+        return cfg, ""
+    kept = f"{was}, the model this run began with (model 'auto' chooses again only for a new run directory)"
+    return cfg.replace(**{"model.name": was}), kept
+
+
 def save_failed(run_dir: Path, r: int, error: Exception, saved: bool) -> str:
     """What a failed save of round `r` means (`saved`: its checkpoint was written): the message of
     the node's error."""
@@ -126,4 +141,4 @@ def save_failed(run_dir: Path, r: int, error: Exception, saved: bool) -> str:
     )
 
 
-__all__ = ["BaseFile", "NodeError", "open_store", "resume", "save_failed"]
+__all__ = ["BaseFile", "NodeError", "keep_run_model", "open_store", "resume", "save_failed"]

@@ -7,17 +7,21 @@ tokenizer, transformers sampler); the slow one runs the real embedded model with
 from __future__ import annotations
 
 import logging
+import tomllib
 
 import pytest
 import torch
 
 from sapo_core.batch import external_token_ids
+from sapo_core.catalog import choose_model, load_catalogue
 from sapo_core.config import NodeConfig
 from sapo_core.contributions import receipt_totals
 from sapo_core.evaluation import eval_within_share
 from sapo_core.evaluator import eval_due
+from sapo_core.hardware import detect_hardware
 from sapo_core.hooks import Interrupted, NullHooks
 from sapo_core.node import Node
+from sapo_core.probe import Probe
 from sapo_core.rollouts import Completion, Group
 from sapo_core.store import RunStore
 from sapo_core.tasks import TaskSet
@@ -207,7 +211,7 @@ def test_a_run_of_another_model_is_refused(tmp_path, data_dir):
 
 
 @pytest.mark.slow
-def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir):
+def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir, monkeypatch, caplog):
     """The embedded SmolLM2-135M, llama.cpp sampling (transformers where llama.cpp is absent)."""
     cfg = NodeConfig().replace(
         **{
@@ -237,10 +241,22 @@ def test_two_real_rounds_on_the_embedded_model_then_resume(tmp_path, data_dir):
     store = RunStore(tmp_path / "run" / "rounds.sqlite")
     assert store.count() == 2
     store.close()
+    # the run's record names the model 'auto' chose, for `sapo-node eval` and the export
+    assert tomllib.loads((tmp_path / "run" / "config.toml").read_text())["model"]["name"] == "smollm2-135m-instruct"
+    # a probe saying this machine is fast: 'auto' would now choose a bigger model (not downloadable
+    # here, HF_HUB_OFFLINE), whose checkpoint check would refuse the run; the run keeps its model
+    fast = Probe("this", "smollm2-135m-instruct", 134_515_008, node.threads, 5e3, 5e4, 20.0, 100.0, 0.5, 1.0, 0.0)
+    monkeypatch.setattr("sapo_core.probe.load_probe", lambda *a, **k: fast)
+    choice = choose_model(detect_hardware(), load_catalogue(), cfg, fast)
+    assert choice.entry.id != "smollm2-135m-instruct"
+    caplog.set_level(logging.INFO, logger="sapo_core")
     again = Node(cfg)
     again.setup()
     assert again.next_round == 3
     again.close()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("model:")]
+    assert any("the model this run began with" in m for m in said), said
+    assert not any("instead of" in m for m in said), said
 
 
 class RaisingSource(SolvedGroups):

@@ -67,6 +67,7 @@ def evaluate_run(
     from sapo_core.hooks import NullHooks
     from sapo_core.modelfiles import fingerprint, resolve_model
     from sapo_core.policy import load_policy
+    from sapo_core.rundir import keep_run_model
     from sapo_core.sampler import make_sampler
     from sapo_core.tasks import TaskSet
 
@@ -84,6 +85,8 @@ def evaluate_run(
         changes["sampler.threads"] = threads
     cfg = cfg.replace(**changes)
     path = checkpoint_dir(run_dir, round)
+    began = json.loads((path / "state.json").read_text(encoding="utf-8")).get("model_id")
+    cfg, _ = keep_run_model(cfg, began if isinstance(began, str) else None)  # not today's 'auto' choice
     plan = resolve_model(cfg, TerminalHooks("sapo-node eval"))  # the base model, fetched first if need be
     policy = load_policy(
         cfg.model,
