@@ -12,10 +12,13 @@ swarm, worker and GUI tests ("a light sampler is fine") and for nothing else.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,8 +138,41 @@ def load_tokenizer(gguf_path: Path, cache_dir: Path) -> Any:
     )
 
 
+@contextlib.contextmanager
+def gguf_read_once() -> Iterator[None]:
+    """While a GGUF is converted: one `gguf.GGUFReader` per file, one tensor-name map per
+    architecture. transformers reads the file three times (config, tokenizer, weights), each time
+    parsing all its metadata in Python (4.2 s a time on a 2-core AVX2 EPYC, docs/benchmarks.md),
+    and builds the name map once per module of the model. Both are read-only; outside the block
+    gguf is as it was."""
+    try:
+        import gguf
+    except ImportError:
+        yield
+        return
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
+
+
 def load_base(gguf_path: Path, cache_dir: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
     """(model, tokenizer) de-quantized from a GGUF, through the safetensors cache."""
+    with gguf_read_once():
+        return _load_base(gguf_path, cache_dir, dtype)
+
+
+def _load_base(gguf_path: Path, cache_dir: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
     def convert() -> Any:
