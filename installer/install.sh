@@ -689,7 +689,7 @@ else say "      to start SAPO Swarm at login: $0 --autostart"; fi
 
 # 9. Self-check --------------------------------------------------------------------------------
 step "self-check"
-step_work "sapo-node doctor"
+step_work "sapo-node doctor (its training check de-quantizes the built-in model once, for the first start)"
 if "$VENV/bin/sapo-node" doctor 2>&1 | tee -a "$LOG"; then
   step_end passed
 elif [ "$ACTION" = test ]; then

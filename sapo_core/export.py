@@ -126,7 +126,7 @@ def load_trained(run_dir: Path, round: int | None = None, download: Any = None) 
             gguf, tok_gguf = resolve_model_file(entry, progress=download), None
             template, license, title = gguf, entry.license, entry.title
         policy = load_policy(
-            cfg.model, gguf, paths.cache_dir() / "hf", seed=cfg.seed, tokenizer_gguf=tok_gguf, model_id=model_id
+            cfg.model, gguf, paths.converted_models_dir(), seed=cfg.seed, tokenizer_gguf=tok_gguf, model_id=model_id
         )
         policy.load_trainable_state_dict(load_file(str(where / "trainable.safetensors")))
     except (CatalogError, ModelUnavailable, ModelLoadError, OSError) as e:

@@ -113,7 +113,7 @@ class Node:
         if plan.micro_batch_size < cfg.train.micro_batch_size:
             log.info(f"micro-batch {cfg.train.micro_batch_size} -> {plan.micro_batch_size} to fit memory")
             self.cfg = cfg = cfg.replace(**{"train.micro_batch_size": plan.micro_batch_size})
-        hf_cache, gguf, tokenizer_gguf = paths.cache_dir() / "hf", plan.gguf, plan.tokenizer_gguf
+        hf_cache, gguf, tokenizer_gguf = paths.converted_models_dir(), plan.gguf, plan.tokenizer_gguf
         self._base = None if gguf is None else BaseFile(gguf, file_stamp(gguf), fingerprint(gguf, paths.cache_dir()))
         self.policy = load_policy(cfg.model, gguf, hf_cache, cfg.seed, tokenizer_gguf, plan.model_id)
         device = training_device(cfg.train.device)

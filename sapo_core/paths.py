@@ -26,6 +26,12 @@ def cache_dir() -> Path:
     return Path(os.environ["SAPO_CACHE_DIR"]).expanduser() if os.environ.get("SAPO_CACHE_DIR") else data_dir() / "cache"
 
 
+def converted_models_dir() -> Path:
+    """GGUFs de-quantized for training (policy.py's cache): the node, eval, export and the doctor's
+    training check read and fill this one, so the check an install runs spares a first start."""
+    return cache_dir() / "hf"
+
+
 def default_run_dir() -> Path:
     return data_dir() / "runs" / "default"
 

@@ -190,7 +190,7 @@ def make_run(run_dir: Path, eval_figures: bool = True) -> None:
     from sapo_core.store import STORE_NAME, RunStore
 
     cfg = NodeConfig().replace(**{"model.name": RUN_MODEL_ID, "run_dir": str(run_dir), "sampler.max_new_tokens": 64})
-    policy = load_policy(cfg.model, embedded_gguf_path(), paths.cache_dir() / "hf", seed=1, model_id=RUN_MODEL_ID)
+    policy = load_policy(cfg.model, embedded_gguf_path(), paths.converted_models_dir(), seed=1, model_id=RUN_MODEL_ID)
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for name, p in policy.model.named_parameters():
@@ -238,7 +238,7 @@ def tiny_random_policy(seed: int = 0, cache_dir: Path | None = None):
     return load_policy(
         ModelConfig(name="tiny-random"),
         None,
-        cache_dir or paths.cache_dir() / "hf",
+        cache_dir or paths.converted_models_dir(),
         seed=seed,
         tokenizer_gguf=modelfiles.embedded_gguf_path(),
     )

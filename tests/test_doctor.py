@@ -95,6 +95,48 @@ def test_llama_check_is_skipped_with_a_reason_when_the_model_is_missing(tmp_path
     assert check.status == "fail" and "no model file" in check.detail
 
 
+def test_training_check_cases(tmp_path: Path, gguf: Path) -> None:
+    """A missing model skips it; a crash, a missing library or a non-finite step fails it with a
+    reinstall; a good step says whether the model was read from the cache or converted into it."""
+    assert "no model file" in judges.judge_training(_probe({}), tmp_path / "gone.gguf").detail
+    good = {"cached": False, "load_s": 14.2, "step_s": 0.31, "loss": 2.5, "grad_norm": 40.0}
+    first = judges.judge_training(_probe(good), gguf)
+    assert first.status == "ok" and "de-quantized and cached for the node's first start in 14.2 s" in first.detail
+    again = judges.judge_training(_probe(dict(good, cached=True, load_s=5.0)), gguf)
+    assert again.status == "ok" and "read from the cache in 5.0 s" in again.detail
+    for bad in ({"loss": float("nan")}, {"grad_norm": float("inf")}, {"grad_norm": 0.0}, {"loss": None}):
+        check = judges.judge_training(_probe({k: v for k, v in dict(good, **bad).items() if v is not None}), gguf)
+        assert check.status == "fail" and "gradient norm" in check.detail and "install.sh" in check.fix, bad
+    crashed = judges.judge_training(run_probe("import os; os.abort()", [], timeout=60), gguf)
+    assert crashed.status == "fail" and "SIGABRT" in crashed.detail and "transformers" in crashed.fix
+    broken = judges.judge_training(_probe(None, 1, "ModuleNotFoundError: No module named 'gguf'"), gguf)
+    assert broken.status == "fail" and "No module named 'gguf'" in broken.detail
+
+
+@pytest.mark.slow
+def test_the_training_check_fills_the_cache_a_first_start_reads(tmp_path: Path, monkeypatch) -> None:
+    """The real check, twice, on a fresh cache: the first converts the embedded model into the
+    node's cache (paths.converted_models_dir), the second reads it from there."""
+    from sapo_core import paths
+    from sapo_core.policy import is_cached
+
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(tmp_path / "cache"))
+    details = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-m", "sapo_core.cli", "doctor", "--only", "training", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        (check,) = json.loads(proc.stdout)["checks"]
+        assert proc.returncode == 0 and check["status"] == "ok", check
+        details.append(check["detail"])
+    assert "de-quantized and cached for the node's first start" in details[0]
+    assert "read from the cache" in details[1]
+    assert is_cached(judges.embedded_model_path(), paths.converted_models_dir())
+
+
 @pytest.mark.parametrize("free_gib, status", [(0.5, "fail"), (3.0, "warn"), (50.0, "ok")])
 def test_disk_check_thresholds(tmp_path: Path, free_gib: float, status: str) -> None:
     check = judges.judge_disk(tmp_path, int(free_gib * GIB))
@@ -205,9 +247,10 @@ def test_real_doctor_on_this_machine_passes() -> None:
     assert list(by_name) == list(doctor.CHECK_NAMES)
     failed = {n: c["detail"] for n, c in by_name.items() if c["status"] == "fail"}
     assert not failed and proc.returncode == 0 and report["ok"]
-    for name in ("torch", "llama.cpp", "dht", "model"):
+    for name in ("torch", "llama.cpp", "training", "dht", "model"):
         assert by_name[name]["status"] == "ok", by_name[name]
     assert "ran a token" in by_name["llama.cpp"]["detail"]
+    assert "a step (forward and backward)" in by_name["training"]["detail"]
 
 
 # --- the display the window will use -------------------------------------------------------------

@@ -56,7 +56,7 @@ def test_peft_adapter_loads_over_the_base_and_gives_the_trainer_logits(run_dir, 
 
     files = {f.name for f in export(ExportRequest(run_dir=run_dir, output=tmp_path / "peft", format="peft"))}
     assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= files
-    base, tok = load_base(embedded_gguf_path(), paths.cache_dir() / "hf")
+    base, tok = load_base(embedded_gguf_path(), paths.converted_models_dir())
     model = PeftModel.from_pretrained(base, tmp_path / "peft").eval()
     trained = load_trained(run_dir)
     ids = torch.tensor([tok("What is 3 + 4? Answer: 7")["input_ids"]])

@@ -106,7 +106,7 @@ class Install:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith("XDG_") and k not in ("SAPO_DATA_DIR", "VIRTUAL_ENV")
+            if not k.startswith("XDG_") and k not in ("SAPO_DATA_DIR", "SAPO_CACHE_DIR", "VIRTUAL_ENV")
         }
         env.update(_machine_settings())
         env["HOME"] = str(self.home)
@@ -174,6 +174,9 @@ def test_install_into_a_fresh_home_and_prefix(installed: Install) -> None:
     steps = installed.last_run_steps()
     assert list(steps) == ["system check", *INSTALL_STEPS, "self-check"]
     assert steps["self-check"] == "passed"
+    # the doctor's training check left the model de-quantized where the node's first start reads it
+    converted = installed.run_data[0] / "cache" / "hf"
+    assert list(converted.glob("SmolLM2-135M-Instruct.Q4_1-*/model/done.json")), sorted(converted.rglob("*"))
     venv_bin = installed.prefix / "venv" / "bin"
     for cmd in ("sapo-node", "sapo-swarm"):
         assert os.readlink(installed.bin / cmd) == str(venv_bin / cmd)

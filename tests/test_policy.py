@@ -16,7 +16,7 @@ QWEN3_TAIL = (
 
 
 def test_prompts_close_qwen3s_think_block_before_the_answer():
-    tok = copy.deepcopy(load_tokenizer(modelfiles.embedded_gguf_path(), paths.cache_dir() / "hf"))
+    tok = copy.deepcopy(load_tokenizer(modelfiles.embedded_gguf_path(), paths.converted_models_dir()))
     tok.chat_template = QWEN3_TAIL
     policy = Policy(model=None, tokenizer=tok, model_id="qwen3-like", gguf_path=None, lora=False)
     text = tok.decode(policy.encode_prompt([{"role": "user", "content": "Calculate 4 - 1."}]))
@@ -24,7 +24,7 @@ def test_prompts_close_qwen3s_think_block_before_the_answer():
 
 
 def test_templates_without_thinking_are_unchanged():
-    tok = load_tokenizer(modelfiles.embedded_gguf_path(), paths.cache_dir() / "hf")
+    tok = load_tokenizer(modelfiles.embedded_gguf_path(), paths.converted_models_dir())
     policy = Policy(model=None, tokenizer=tok, model_id="smollm2", gguf_path=None, lora=False)
     messages = [{"role": "user", "content": "Calculate 4 - 1."}]
     plain = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)

@@ -45,7 +45,7 @@ def cutter():
     from sapo_core.policy import load_tokenizer
     from sapo_core.swarm.verify import CompletionCutter
 
-    tokenizer = load_tokenizer(modelfiles.embedded_gguf_path(), paths.cache_dir() / "hf")
+    tokenizer = load_tokenizer(modelfiles.embedded_gguf_path(), paths.converted_models_dir())
     return CompletionCutter.for_tokenizer(tokenizer, SamplerConfig().max_new_tokens)
 
 

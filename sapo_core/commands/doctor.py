@@ -1,10 +1,12 @@
 """`sapo-node doctor`: can this machine run a node? One line per check, with a fix when it fails.
 
 Checks: Python, torch (build and device, one real op), llama.cpp (one real token on the model),
-a hivemind DHT pair on loopback (store on one, read from the other), the model file, free disk,
-Qt offscreen (for the desktop app; a warning only, the headless node does not need it), and, when
-this session has a display, Qt on that display (xcb or wayland, the platform the window will use:
-drawing offscreen says nothing about the system libraries the xcb plugin loads), naming any
+training (the model de-quantized through the node's converted-model cache, then one forward and
+backward: the installer runs the doctor, so a first start finds the cache filled), a hivemind
+DHT pair on loopback (store on one, read from the other), the model file, free disk, Qt
+offscreen (for the desktop app; a warning only, the headless node does not need it), and, when
+this session has a display, Qt on that display (xcb or wayland, the platform the window will
+use: drawing offscreen says nothing about the system libraries the xcb plugin loads), naming any
 missing library with the command that installs it.
 
 Everything that can crash natively (torch, llama.cpp, p2pd, Qt) runs in a child Python, so a
@@ -51,6 +53,7 @@ from sapo_core.commands.doctor_judges import (
     judge_python,
     judge_qt,
     judge_torch,
+    judge_training,
     nearest_existing,
     nvidia_gpu_present,
 )
@@ -60,6 +63,7 @@ from sapo_core.commands.doctor_probes import (
     LLAMA_PROBE,
     QT_PROBE,
     TORCH_PROBE,
+    TRAINING_PROBE,
     Check,
     ProbeResult,
     run_probe,
@@ -68,7 +72,7 @@ from sapo_core.cpu import cpu_flags
 
 # --- running the checks ------------------------------------------------------------------------
 
-CHECK_NAMES = ("python", "torch", "llama.cpp", "dht", "model", "disk", "qt", "display")
+CHECK_NAMES = ("python", "torch", "llama.cpp", "training", "dht", "model", "disk", "qt", "display")
 
 
 def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None, timeout: float = 180.0) -> list[Check]:
@@ -79,6 +83,12 @@ def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
         "torch": lambda: judge_torch(run_probe(TORCH_PROBE, [], timeout), nvidia_gpu_present()),
         "llama.cpp": lambda: judge_llama(
             run_probe(LLAMA_PROBE, [str(model)], timeout)
+            if model is not None and model.is_file()
+            else ProbeResult(0, "", "", 0.0),
+            model,
+        ),
+        "training": lambda: judge_training(
+            run_probe(TRAINING_PROBE, [str(model), str(paths.converted_models_dir())], timeout)
             if model is not None and model.is_file()
             else ProbeResult(0, "", "", 0.0),
             model,
@@ -95,7 +105,7 @@ def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
     if "disk" in want:
         where = nearest_existing(data_dir)
         results["disk"] = judge_disk(where, shutil.disk_usage(where).free)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(probes)) as pool:
         futures = {name: pool.submit(fn) for name, fn in probes.items() if name in want}
         for name, future in futures.items():
             results[name] = future.result()
@@ -109,7 +119,7 @@ PACKAGE_FIX = (
     "the package is damaged or incomplete: reinstall it (sudo apt install --reinstall sapo-swarm, or "
     "unpack the tarball again); your runs are kept"
 )
-PACKAGED_PARTS = ("python", "torch", "llama.cpp", "dht", "model", "qt")
+PACKAGED_PARTS = ("python", "torch", "llama.cpp", "training", "dht", "model", "qt")
 
 
 def packaged_fix(check: Check) -> Check:

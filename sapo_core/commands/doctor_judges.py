@@ -5,6 +5,7 @@ injecting it at the probe boundary (tests/test_doctor.py)."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import shutil
 import subprocess
 import sys
@@ -119,6 +120,43 @@ def judge_llama(result: ProbeResult, model: Path | None) -> Check:
         "ok",
         f"{p.get('version')} ran a token in {float(p.get('token_s', 0)):.2f} s "
         f"(model loaded in {float(p.get('load_s', 0)):.1f} s; {backend})",
+        seconds=result.seconds,
+    )
+
+
+def judge_training(result: ProbeResult, model: Path | None) -> Check:
+    """The model de-quantized for training (the converted-model cache filled) and one real step."""
+    if model is None or not model.is_file():
+        return Check(
+            "training",
+            "fail",
+            "skipped: no model file to train (see the model check)",
+            "fix the model check first",
+            result.seconds,
+        )
+    fix = (
+        f"rerun {INSTALLER} (it reinstalls torch, transformers and gguf), or: {sys.executable} -m pip "
+        "install --force-reinstall torch transformers gguf"
+    )
+    why = result.failure()
+    if why:
+        return Check("training", "fail", f"de-quantizing {model.name} and one training step {why}", fix, result.seconds)
+    p = result.payload or {}
+    loss, grad = float(p.get("loss", math.nan)), float(p.get("grad_norm", math.nan))
+    if not (math.isfinite(loss) and math.isfinite(grad) and grad > 0):
+        return Check(
+            "training",
+            "fail",
+            f"a training step on {model.name} gave loss {loss:.3g} and gradient norm {grad:.3g}",
+            fix,
+            result.seconds,
+        )
+    where = "read from the cache" if p.get("cached") else "de-quantized and cached for the node's first start"
+    return Check(
+        "training",
+        "ok",
+        f"{model.name} {where} in {float(p.get('load_s', 0)):.1f} s; a step (forward and backward) in "
+        f"{float(p.get('step_s', 0)):.2f} s, loss {loss:.2f}",
         seconds=result.seconds,
     )
 

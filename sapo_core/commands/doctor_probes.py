@@ -115,6 +115,32 @@ print(json.dumps({"version": llama_cpp.__version__, "text": out["choices"][0]["t
                   "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()), "system": info}))
 """
 
+# What the node does first: the model de-quantized through the converted-model cache (a first
+# start reads the cache the doctor fills; the installer runs the doctor), then one real step.
+TRAINING_PROBE = """
+import json, math, sys, time
+from pathlib import Path
+import torch
+from sapo_core.policy import is_cached, load_base
+gguf, cache = Path(sys.argv[1]), Path(sys.argv[2])
+cached = is_cached(gguf, cache)
+t = time.perf_counter()
+model, tok = load_base(gguf, cache)
+loaded = time.perf_counter() - t
+t = time.perf_counter()
+# gradients for the first block only: the backward still runs through every layer above it
+first = [p for n, p in model.named_parameters() if ".layers.0." in n] or list(model.parameters())
+model.requires_grad_(False)
+for p in first:
+    p.requires_grad_(True)
+ids = tok("What is 2 + 2? The answer is 4.", return_tensors="pt").input_ids
+loss = model(input_ids=ids, labels=ids).loss
+loss.backward()
+grad = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in first))
+print(json.dumps({"cached": cached, "load_s": loaded, "step_s": time.perf_counter() - t,
+                  "loss": float(loss), "grad_norm": grad, "cache": str(cache)}))
+"""
+
 DHT_PROBE = """
 import json, time
 import hivemind, hivemind.utils

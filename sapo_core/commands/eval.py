@@ -91,7 +91,7 @@ def evaluate_run(
     policy = load_policy(
         cfg.model,
         plan.gguf,
-        paths.cache_dir() / "hf",
+        paths.converted_models_dir(),
         seed=cfg.seed,
         tokenizer_gguf=plan.tokenizer_gguf,
         model_id=plan.model_id,
