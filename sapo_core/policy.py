@@ -100,16 +100,21 @@ def _source_key(path: Path) -> str:
     return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
+def _cache_entry(gguf_path: Path, cache_dir: Path, part: str) -> Path:
+    """Where `part` (model or tokenizer) of this GGUF is cached; `done.json` in it once complete."""
+    return cache_dir / f"{gguf_path.stem}-{_source_key(gguf_path)}" / part
+
+
 def is_cached(gguf_path: Path, cache_dir: Path) -> bool:
     """Whether `load_base` would read this GGUF's model from the cache instead of converting it."""
-    return (cache_dir / f"{gguf_path.stem}-{_source_key(gguf_path)}" / "model" / "done.json").is_file()
+    return (_cache_entry(gguf_path, cache_dir, "model") / "done.json").is_file()
 
 
 def _cached(gguf_path: Path, cache_dir: Path, part: str, load_cached, convert) -> Any:
     """Load `part` (model or tokenizer) from the cache, or convert it from the GGUF and cache it."""
     if not gguf_path.is_file():
         raise ModelLoadError(f"model file {gguf_path} does not exist")
-    where = cache_dir / f"{gguf_path.stem}-{_source_key(gguf_path)}" / part
+    where = _cache_entry(gguf_path, cache_dir, part)
     if (where / "done.json").is_file():
         try:
             return load_cached(where)

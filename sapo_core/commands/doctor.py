@@ -79,20 +79,17 @@ def run_checks(model: Path | None, data_dir: Path, only: set[str] | None = None,
     """Run the chosen checks (all by default), the slow probes concurrently; report order is fixed."""
     want = set(CHECK_NAMES) if only is None else set(only)
     qt_env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+
+    def on_model(code: str, *more: str) -> ProbeResult:
+        """`code` run on the model file; nothing run without one (its judge says it was skipped)."""
+        if model is None or not model.is_file():
+            return ProbeResult(0, "", "", 0.0)
+        return run_probe(code, [str(model), *more], timeout)
+
     probes: dict[str, Callable[[], Check]] = {
         "torch": lambda: judge_torch(run_probe(TORCH_PROBE, [], timeout), nvidia_gpu_present()),
-        "llama.cpp": lambda: judge_llama(
-            run_probe(LLAMA_PROBE, [str(model)], timeout)
-            if model is not None and model.is_file()
-            else ProbeResult(0, "", "", 0.0),
-            model,
-        ),
-        "training": lambda: judge_training(
-            run_probe(TRAINING_PROBE, [str(model), str(paths.converted_models_dir())], timeout)
-            if model is not None and model.is_file()
-            else ProbeResult(0, "", "", 0.0),
-            model,
-        ),
+        "llama.cpp": lambda: judge_llama(on_model(LLAMA_PROBE), model),
+        "training": lambda: judge_training(on_model(TRAINING_PROBE, str(paths.converted_models_dir())), model),
         "dht": lambda: judge_dht(run_probe(DHT_PROBE, [], timeout)),
         "qt": lambda: judge_qt(run_probe(QT_PROBE, [], timeout, env=qt_env)),
         "display": _display_check(timeout),

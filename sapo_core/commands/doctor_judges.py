@@ -89,15 +89,20 @@ def _cpu_features(system_info: str) -> str:
     return " ".join(notable) or "baseline"
 
 
+def _without_model(name: str, verb: str, result: ProbeResult) -> Check:
+    """A check that needs the model file, skipped (and failed) because there is none."""
+    return Check(
+        name,
+        "fail",
+        f"skipped: no model file to {verb} (see the model check)",
+        "fix the model check first",
+        result.seconds,
+    )
+
+
 def judge_llama(result: ProbeResult, model: Path | None) -> Check:
     if model is None or not model.is_file():
-        return Check(
-            "llama.cpp",
-            "fail",
-            "skipped: no model file to run (see the model check)",
-            "fix the model check first",
-            result.seconds,
-        )
+        return _without_model("llama.cpp", "run", result)
     why = result.failure()
     if why:
         if "No module named 'llama_cpp'" in result.stderr:
@@ -127,13 +132,7 @@ def judge_llama(result: ProbeResult, model: Path | None) -> Check:
 def judge_training(result: ProbeResult, model: Path | None) -> Check:
     """The model de-quantized for training (the converted-model cache filled) and one real step."""
     if model is None or not model.is_file():
-        return Check(
-            "training",
-            "fail",
-            "skipped: no model file to train (see the model check)",
-            "fix the model check first",
-            result.seconds,
-        )
+        return _without_model("training", "train", result)
     fix = (
         f"rerun {INSTALLER} (it reinstalls torch, transformers and gguf), or: {sys.executable} -m pip "
         "install --force-reinstall torch transformers gguf"

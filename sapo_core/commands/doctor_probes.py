@@ -120,7 +120,6 @@ print(json.dumps({"version": llama_cpp.__version__, "text": out["choices"][0]["t
 TRAINING_PROBE = """
 import json, math, sys, time
 from pathlib import Path
-import torch
 from sapo_core.policy import is_cached, load_base
 gguf, cache = Path(sys.argv[1]), Path(sys.argv[2])
 cached = is_cached(gguf, cache)
@@ -138,7 +137,7 @@ loss = model(input_ids=ids, labels=ids).loss
 loss.backward()
 grad = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in first))
 print(json.dumps({"cached": cached, "load_s": loaded, "step_s": time.perf_counter() - t,
-                  "loss": float(loss), "grad_norm": grad, "cache": str(cache)}))
+                  "loss": float(loss), "grad_norm": grad}))
 """
 
 DHT_PROBE = """
