@@ -92,6 +92,17 @@ WORKED4_100 = Measured(
     0.0448,
     (0.0453, -0.0765, 0.1671),
 )
+WORKED8_25 = Measured(
+    "arms-8n-ij4-worked-2026-12-06-seed*.csv",
+    "4/0w",
+    "2/2w",
+    25,
+    4,
+    0.0362,
+    -0.0046,
+    0.0771,
+    (0.0754, -0.3498, 0.5006),
+)
 WORKED8 = Measured(
     "sharing-8n-worked-2026-12-05-seed*.csv", "2/0", "1/1", 100, 6, 0.0112, -0.0068, 0.0292, (-0.372, -0.648, -0.0953)
 )
@@ -102,6 +113,7 @@ SHARING_MEASURED = (
     f"<br>• 8 new computers doing so with today's prompt: {WORKED8.words()}"
     f"<br>• 4 new computers doing so with today's prompt: {WORKED4.words()}"
     f"<br>• the same 4 computers, on for 100 rounds: {WORKED4_100.words()}"
+    f"<br>• 8 new computers as those 4 (2 own and 2 peers' groups a round): {WORKED8_25.words()}"
     "<br>• a newcomer among trained computers that adopts their questions and right answers "
     f"(swarm.take = mixed, not the default): {NEWCOMER.words()}"
     f"<br>• 4 new computers doing so: {MIXED4.words()}"
