@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         )
         plan = resolve_model(cfg)
         policy = load_policy(
-            cfg.model, plan.gguf, paths.cache_dir() / "hf", cfg.seed, plan.tokenizer_gguf, plan.model_id
+            cfg.model, plan.gguf, paths.converted_models_dir(), cfg.seed, plan.tokenizer_gguf, plan.model_id
         )
         tasks = TaskSet(cfg.tasks, seed=0)
         settings = EvalSettings.for_config(cfg)

@@ -136,7 +136,7 @@ def measure_update(args: argparse.Namespace, candidate=None) -> dict[str, dict[s
     cfg = NodeConfig()
     if args.threads:
         torch.set_num_threads(args.threads)
-    policy = load_policy(cfg.model, embedded_gguf_path(), paths.cache_dir() / "hf", model_id="embedded")
+    policy = load_policy(cfg.model, embedded_gguf_path(), paths.converted_models_dir(), model_id="embedded")
     tasks = TaskSet(cfg.tasks, seed=0)
     seqs = _batch(policy, tasks, args.sequences, args.completion_tokens, cfg.sampler.group_size, args.long_tail)
     default = dataclasses.replace(cfg.train, steps_per_round=1)
