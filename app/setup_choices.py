@@ -106,17 +106,24 @@ WORKED8_25 = Measured(
 WORKED8 = Measured(
     "sharing-8n-worked-2026-12-05-seed*.csv", "2/0", "1/1", 100, 6, 0.0112, -0.0068, 0.0292, (-0.372, -0.648, -0.0953)
 )
+# What the swarm page quotes, in its order: each line's words and the figure beside them
+# (tests/test_app_words.py recomputes every one of these from its CSVs).
+SHARING_LINES: tuple[tuple[str, Measured], ...] = (
+    ("8 new computers sharing as the paper does, with the earlier prompt", SYMMETRIC),
+    ("8 new computers doing so with today's prompt", WORKED8),
+    ("4 new computers doing so with today's prompt", WORKED4),
+    ("the same 4 computers, on for 100 rounds", WORKED4_100),
+    ("8 new computers as those 4 (2 own and 2 peers' groups a round)", WORKED8_25),
+    (
+        "a newcomer among trained computers that adopts their questions and right answers "
+        "(swarm.take = mixed, not the default)",
+        NEWCOMER,
+    ),
+    ("4 new computers doing so", MIXED4),
+)
 SHARING_MEASURED = (
     "<b>What sharing gave, measured</b> (held-out questions solved against training alone, in this "
-    "project's lab):"
-    f"<br>• 8 new computers sharing as the paper does, with the earlier prompt: {SYMMETRIC.words()}"
-    f"<br>• 8 new computers doing so with today's prompt: {WORKED8.words()}"
-    f"<br>• 4 new computers doing so with today's prompt: {WORKED4.words()}"
-    f"<br>• the same 4 computers, on for 100 rounds: {WORKED4_100.words()}"
-    f"<br>• 8 new computers as those 4 (2 own and 2 peers' groups a round): {WORKED8_25.words()}"
-    "<br>• a newcomer among trained computers that adopts their questions and right answers "
-    f"(swarm.take = mixed, not the default): {NEWCOMER.words()}"
-    f"<br>• 4 new computers doing so: {MIXED4.words()}"
+    "project's lab):" + "".join(f"<br>• {words}: {m.words()}" for words, m in SHARING_LINES)
 )
 
 
@@ -258,6 +265,7 @@ __all__ = [
     "default_swarm_choice",
     "SHARED_WORDS",
     "SHARING_MEASURED",
+    "SHARING_LINES",
     "Measured",
     "JOIN",
     "LISTED",

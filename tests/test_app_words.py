@@ -8,24 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from app import setup_choices as sc
-from app.setup_choices import SHARING_MEASURED, Measured
+from app.setup_choices import SHARING_LINES, SHARING_MEASURED, Measured
 from sapo_core.experiment_files import read_rows
 from sapo_core.experiment_report import difference, hourly_difference
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
-QUOTED = {
-    "symmetric": sc.SYMMETRIC,
-    "worked-8": sc.WORKED8,
-    "worked-4": sc.WORKED4,
-    "worked-4-100": sc.WORKED4_100,
-    "worked-8-25": sc.WORKED8_25,
-    "newcomer": sc.NEWCOMER,
-    "mixed-4": sc.MIXED4,
-}
+QUOTED = [m for _, m in SHARING_LINES]  # every figure the swarm page shows
 
 
-@pytest.mark.parametrize("m", QUOTED.values(), ids=QUOTED.keys())
+@pytest.mark.parametrize("m", QUOTED, ids=[m.files for m in QUOTED])
 def test_each_quoted_figure_is_what_the_committed_csvs_say(m: Measured):
     files = sorted(str(p) for p in RESULTS.glob(m.files))
     assert files, f"no docs/results/{m.files}"
@@ -58,7 +49,7 @@ def test_the_words_call_a_gain_only_an_interval_above_zero_over_six_seeds():
     near = Measured("x", "a", "b", 100, 4, 0.018, -0.001, 0.037, (0.004, -0.69, 0.1))  # bounds that round to 0
     assert "(4 seeds, 95 % interval 0.00..+0.04: no gain shown)" in near.words()
     assert near.hourly_words() == "per computing hour 0.00 (-0.69..+0.10: no difference shown)"
-    assert all(m.words() in SHARING_MEASURED for m in QUOTED.values())
+    assert all(m.words() in SHARING_MEASURED for m in QUOTED)
 
 
 @pytest.mark.gui
