@@ -411,6 +411,15 @@ COMMITTED_ARMS = [
         (0.012, -0.006, 0.03),
         None,
     ),
+    (
+        ["lab-2026-12-07-r64.csv"],  # model.lora_rank=64, worked beside it: a pilot of 3 pairs
+        "worked",
+        "r64",
+        3,
+        (-0.008, -0.084, 0.068),
+        (-0.007, -0.05, 0.037),
+        (0.006, -0.024, 0.035),
+    ),
 ]
 
 
@@ -436,6 +445,15 @@ def test_the_committed_refill_pilot_costs_recompute():
     rows, _, _ = read_rows([str(RESULTS / "lab-2026-12-06-refill1-timing.csv")])
     cost = cost_ratios(rows, "base", "refill1")["round_seconds"]
     assert _rounded(cost, 2)[2:] == (1.5, 1.2, 1.81)
+
+
+def test_the_committed_lora_rank_pilot_cost_recomputes():
+    """r64 (model.lora_rank=64, its held-out in COMMITTED_ARMS) ran side by side with worked: a
+    node-round costs 1.09x (0.93..1.26), sampling 1.09x (1.01..1.18)."""
+    rows = _committed(["lab-2026-12-07-r64.csv"], ("worked", "r64"))
+    cost = cost_ratios(rows, "worked", "r64")
+    assert _rounded(cost["round_seconds"], 2)[2:] == (1.09, 0.93, 1.26)
+    assert _rounded(cost["sample_seconds"], 2)[2:] == (1.09, 1.01, 1.18)
 
 
 def test_the_committed_worked_example_at_equal_time_recomputes():
