@@ -420,6 +420,15 @@ COMMITTED_ARMS = [
         (-0.007, -0.05, 0.037),
         (0.006, -0.024, 0.035),
     ),
+    (
+        ["lab-2026-12-07-g16q2.csv"],  # 2 questions of 16 completions, worked beside it: a pilot of 3 pairs
+        "worked",
+        "g16q2",
+        3,
+        (-0.006, -0.11, 0.098),
+        (-0.008, -0.045, 0.03),
+        (0.003, -0.027, 0.032),
+    ),
 ]
 
 
@@ -454,6 +463,22 @@ def test_the_committed_lora_rank_pilot_cost_recomputes():
     cost = cost_ratios(rows, "worked", "r64")
     assert _rounded(cost["round_seconds"], 2)[2:] == (1.09, 0.93, 1.26)
     assert _rounded(cost["sample_seconds"], 2)[2:] == (1.09, 1.01, 1.18)
+
+
+def test_the_committed_group_split_pilot_cost_recomputes():
+    """g16q2 (2 questions of 16, its held-out in COMMITTED_ARMS) ran side by side with worked: a
+    node-round costs 1.17x (1.05..1.29), the update 1.17x on 1.09x the trained tokens; and worked's
+    rows are r64's run again, round for round (the same machine's kernels, the same seeds)."""
+    rows = _committed(["lab-2026-12-07-g16q2.csv"], ("worked", "g16q2"))
+    cost = cost_ratios(rows, "worked", "g16q2")
+    assert _rounded(cost["round_seconds"], 2)[2:] == (1.17, 1.05, 1.29)
+    assert _rounded(cost["update_seconds"], 2)[2] == 1.17
+    assert round(cost["train_tokens"].mean, 2) == 1.09
+    again = _committed(["lab-2026-12-07-r64.csv"], ("worked",))
+    key = ("seed", "node", "round", "solve_rate", "train_tokens", "eval_solve_rate")
+    assert sorted(tuple(r[k] for k in key) for r in rows if r["arm"] == "worked") == sorted(
+        tuple(r[k] for k in key) for r in again
+    )
 
 
 def test_the_committed_worked_example_at_equal_time_recomputes():
