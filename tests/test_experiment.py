@@ -445,40 +445,47 @@ def test_each_committed_lab_arm_recomputes(names, against, arm, pairs, start, ev
         assert _rounded(training_difference(rows, against, arm))[2:] == training
 
 
-def test_the_committed_refill_pilot_costs_recompute():
-    """refill1 (round.refill_passes=1, its held-out in COMMITTED_ARMS) trains 1.54x worked's tokens
-    over the 4 pairs both have; side by side with the defaults (4 nodes x 30 rounds) a node-round
-    costs 1.50x (1.20..1.81)."""
-    rows = _committed([*WORKED_SEEDS_0_1, "lab-2026-12-06-refill1-nodes0-1.csv"], ("worked", "refill1"))
-    assert round(cost_ratios(rows, "worked", "refill1")["train_tokens"].mean, 2) == 1.54
-    rows, _, _ = read_rows([str(RESULTS / "lab-2026-12-06-refill1-timing.csv")])
-    cost = cost_ratios(rows, "base", "refill1")["round_seconds"]
-    assert _rounded(cost, 2)[2:] == (1.5, 1.2, 1.81)
+# The pilots' side-by-side costs the docs quote: (files, against, arm, {column: expected}), each
+# expected (mean,) or (mean, lo, hi) of the pairs' ratios at 2 digits.
+COMMITTED_PILOT_COSTS = [
+    # refill1 trains 1.54x worked's tokens over the 4 pairs both have; side by side with the defaults
+    # (4 nodes x 30 rounds) a node-round costs 1.50x (1.20..1.81)
+    ([*WORKED_SEEDS_0_1, "lab-2026-12-06-refill1-nodes0-1.csv"], "worked", "refill1", {"train_tokens": (1.54,)}),
+    (["lab-2026-12-06-refill1-timing.csv"], "base", "refill1", {"round_seconds": (1.5, 1.2, 1.81)}),
+    # r64 beside worked: a node-round 1.09x (0.93..1.26), sampling 1.09x (1.01..1.18)
+    (
+        ["lab-2026-12-07-r64.csv"],
+        "worked",
+        "r64",
+        {"round_seconds": (1.09, 0.93, 1.26), "sample_seconds": (1.09, 1.01, 1.18)},
+    ),
+    # g16q2 beside worked: a node-round 1.17x (1.05..1.29), the update 1.17x on 1.09x the tokens
+    (
+        ["lab-2026-12-07-g16q2.csv"],
+        "worked",
+        "g16q2",
+        {"round_seconds": (1.17, 1.05, 1.29), "update_seconds": (1.17,), "train_tokens": (1.09,)},
+    ),
+]
 
 
-def test_the_committed_lora_rank_pilot_cost_recomputes():
-    """r64 (model.lora_rank=64, its held-out in COMMITTED_ARMS) ran side by side with worked: a
-    node-round costs 1.09x (0.93..1.26), sampling 1.09x (1.01..1.18)."""
-    rows = _committed(["lab-2026-12-07-r64.csv"], ("worked", "r64"))
-    cost = cost_ratios(rows, "worked", "r64")
-    assert _rounded(cost["round_seconds"], 2)[2:] == (1.09, 0.93, 1.26)
-    assert _rounded(cost["sample_seconds"], 2)[2:] == (1.09, 1.01, 1.18)
+@pytest.mark.parametrize(
+    "names, against, arm, expected", COMMITTED_PILOT_COSTS, ids=[f"{a[2]}-{a[1]}" for a in COMMITTED_PILOT_COSTS]
+)
+def test_each_committed_pilot_cost_recomputes(names, against, arm, expected):
+    """Each pilot's cost per node-round against the arm beside it (its held-out in COMMITTED_ARMS),
+    recomputed from the committed CSVs."""
+    cost = cost_ratios(_committed(names, (against, arm)), against, arm)
+    assert {k: _rounded(cost[k], 2)[2 : 2 + len(v)] for k, v in expected.items()} == expected
 
 
-def test_the_committed_group_split_pilot_cost_recomputes():
-    """g16q2 (2 questions of 16, its held-out in COMMITTED_ARMS) ran side by side with worked: a
-    node-round costs 1.17x (1.05..1.29), the update 1.17x on 1.09x the trained tokens; and worked's
-    rows are r64's run again, round for round (the same machine's kernels, the same seeds)."""
-    rows = _committed(["lab-2026-12-07-g16q2.csv"], ("worked", "g16q2"))
-    cost = cost_ratios(rows, "worked", "g16q2")
-    assert _rounded(cost["round_seconds"], 2)[2:] == (1.17, 1.05, 1.29)
-    assert _rounded(cost["update_seconds"], 2)[2] == 1.17
-    assert round(cost["train_tokens"].mean, 2) == 1.09
+def test_the_group_split_pilots_defaults_repeat_the_lora_rank_pilots_round_for_round():
+    """worked's rows beside g16q2 are r64's run again, round for round (the same machine's kernels,
+    the same seeds): the pairs of the two pilots are the same pairs."""
+    rows = _committed(["lab-2026-12-07-g16q2.csv"], ("worked",))
     again = _committed(["lab-2026-12-07-r64.csv"], ("worked",))
     key = ("seed", "node", "round", "solve_rate", "train_tokens", "eval_solve_rate")
-    assert sorted(tuple(r[k] for k in key) for r in rows if r["arm"] == "worked") == sorted(
-        tuple(r[k] for k in key) for r in again
-    )
+    assert sorted(tuple(r[k] for k in key) for r in rows) == sorted(tuple(r[k] for k in key) for r in again)
 
 
 def test_the_committed_worked_example_at_equal_time_recomputes():
