@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from sapo_core.batch import Mixed
 from sapo_core.control import vocabulary as K
-from sapo_core.rollouts import Group, Question, one_per_question
+from sapo_core.rollouts import Completion, Group, Question, one_per_question
 
 # questions -> (our scored groups, their encoded prompts), one group per question, in order
 SampleOwn = Callable[[list[Question]], tuple[list[Group], list[list[int]]]]
@@ -85,6 +85,22 @@ def adopt(groups: Sequence[Group], want: int, sample_own: SampleOwn) -> Adopted:
     return out
 
 
+def reference_guided(
+    groups: Sequence[Group], prompts: Sequence[list[int]], guide_of: Callable[[Question], Completion | None]
+) -> list[Mixed]:
+    """train.reference_guide: each of our groups without a right completion, with its question's
+    reference answer (`guide_of`, None where that does not earn full credit: the group is left as
+    it was) as a guide. The same mixed group as a peer's right answer makes, from a text no peer
+    wrote: the upper bound of what guidance from the swarm can bring."""
+    out = []
+    for g, prompt in zip(groups, prompts):
+        if g.completions and not right_completions(g):
+            guide = guide_of(g.question)
+            if guide is not None and guide.reward >= 1.0:
+                out.append(Mixed(g, prompt, [guide]))
+    return out
+
+
 NEED_WINDOW = 16  # a topic's last groups of ours its need is read from
 NEED_SPREAD = 0.5  # a question where our own answers already have spread, next to one we fail (1)
 
@@ -119,4 +135,13 @@ class TopicNeeds:
         return {topic: sum(seen) / len(seen) for topic, seen in self._seen.items()}
 
 
-__all__ = ["NEED_SPREAD", "Adopted", "SampleOwn", "TopicNeeds", "adopt", "adoptable", "right_completions"]
+__all__ = [
+    "NEED_SPREAD",
+    "Adopted",
+    "SampleOwn",
+    "TopicNeeds",
+    "adopt",
+    "adoptable",
+    "reference_guided",
+    "right_completions",
+]

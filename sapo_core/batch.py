@@ -15,7 +15,9 @@ Each group's advantages are its rewards centred and normalised within the group 
 - mixed groups (swarm.take = mixed): our own completions to a peer's question that we got all
   wrong, with a peer's verified right completion added as a guide (LUFFY's mixed group, arXiv
   2504.14945): the group's advantages span both, our completions train as ours, the guide as a
-  peer's text with `guide` set (the trainer shapes its tokens). Each yields a receipt.
+  peer's text with `guide` set (the trainer shapes its tokens). Each yields a receipt. With
+  `train.reference_guide` our own groups without a right completion are mixed groups too, the
+  question's reference answer their guide (no receipt: no peer is named).
 With `train.advantage_scale = batch` every group's centred rewards are divided by one std, that of
 the rewards of our own local groups in the batch pooled (Lite PPO; grpo.batch_std); peers' and mixed
 groups take that scale too, so nothing a peer sends changes the weight of our own completions
@@ -43,6 +45,7 @@ class Batch:
     groups: int = 0  # groups trained, ours and peers'
     receipts: list[tuple[str, int, int]] = field(default_factory=list)  # (peer, its round, group index) trained
     capped: int = 0  # peers' groups left out by the external token budget
+    reference_guided: int = 0  # our groups without a right answer, trained with the reference as guide
 
 
 @dataclass
@@ -52,7 +55,7 @@ class Mixed:
     own: Group  # our completions, scored by us
     prompt: list[int]  # the question's prompt, encoded
     guides: list[Completion]  # a peer's verified right completions (text re-tokenised by us)
-    receipt: tuple[str, int, int]  # the peer's group it came from: (peer, its round, group index)
+    receipt: tuple[str, int, int] | None = None  # the peer's group it came from: (peer, its round, group index)
 
 
 def external_token_ids(policy, c: Completion, max_new_tokens: int) -> list[int]:
@@ -120,7 +123,8 @@ def training_batch(
         if rules.skip_flat and not whole.has_signal():
             continue
         batch.groups += 1
-        batch.receipts.append(m.receipt)
+        if m.receipt is not None:  # a peer's guide (a reference answer's names no peer)
+            batch.receipts.append(m.receipt)
         all_rewards += whole.rewards
         advantages = _advantages(whole, rules)
         for c, a in zip(m.own.completions, advantages):

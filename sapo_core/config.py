@@ -253,6 +253,12 @@ class TrainConfig:
         "right answer added to our own all-wrong group (arXiv 2504.14945 uses 0.1).",
         0.1,
     )
+    reference_guide: bool = setting(
+        "Where none of our own completions to a question is right, its reference answer (written as the "
+        "prompt's example writes one) joins the group as a guide, its tokens shaped as guide_gamma says: "
+        "a group that would teach nothing trains (hints where the learner fails, arXiv 2506.13923).",
+        False,
+    )
     peer_correction: str = setting(
         "Off-policy correction of peers' completions: none (trained as if ours, the SAPO paper) or tis "
         "(F-TIS: each peer token weighted by min(our prob / the peer sampler's, peer_ratio_cap), and "

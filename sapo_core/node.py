@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from sapo_core import paths
-from sapo_core.adopt import Adopted, TopicNeeds, adopt
+from sapo_core.adopt import Adopted, TopicNeeds, adopt, reference_guided
 from sapo_core.batch import Batch, BatchRules, training_batch
 from sapo_core.checkpoint import Checkpoints, CheckpointState
 from sapo_core.config import NodeConfig, dump_config
@@ -57,7 +57,7 @@ from sapo_core.hooks import Interrupted, NullHooks, RoundHooks
 from sapo_core.modelfiles import file_stamp, fingerprint, resolve_model
 from sapo_core.owngroups import ADOPT_PART, OwnGroups, Refill, mixed_seed
 from sapo_core.policy import Policy, load_policy
-from sapo_core.rollouts import Group
+from sapo_core.rollouts import Completion, Group
 from sapo_core.roundshape import RoundShape
 from sapo_core.rundir import BaseFile, NodeError, keep_run_model, open_store, resume, save_failed
 from sapo_core.sampler.resilient import ResilientSampler
@@ -232,6 +232,8 @@ class Node:
         metrics.update(figures)
         if refill is not None:
             metrics.update(refill.figures)
+        if cfg.train.reference_guide:
+            metrics["groups/reference_guided"] = float(batch.reference_guided)
         if adopted is not None:  # the peers' groups that taught: their questions, and their answers where we failed
             metrics["groups/external"] = float(len(adopted.own) + len(adopted.mixed))
         metrics.update(evaluated)
@@ -260,11 +262,23 @@ class Node:
         peers' groups as they are."""
         trained, trained_prompts = (local, prompts) if refill is None else (refill.groups, refill.prompts)
         mixed = []
+        if self.cfg.train.reference_guide:  # the first draw's groups without a right answer, guided
+            mixed = reference_guided(local, prompts, self._reference_guide)
+            guided = {id(m.own) for m in mixed}
+            kept = [(g, p) for g, p in zip(trained, trained_prompts) if id(g) not in guided]
+            trained, trained_prompts = [g for g, _ in kept], [p for _, p in kept]
         if adopted is not None:
             trained, trained_prompts = trained + adopted.own, trained_prompts + adopted.prompts
-            mixed = adopted.mixed
+            mixed = mixed + adopted.mixed
         rules = BatchRules.for_config(self.cfg)
-        return training_batch(self.policy, self._groups.prompt, trained, trained_prompts, external, rules, mixed)
+        batch = training_batch(self.policy, self._groups.prompt, trained, trained_prompts, external, rules, mixed)
+        batch.reference_guided = len(mixed) - (len(adopted.mixed) if adopted is not None else 0)
+        return batch
+
+    def _reference_guide(self, question) -> Completion:
+        """The question's reference answer as a completion, scored by our own rewards."""
+        text = self.tasks.reference_text(question)
+        return Completion(text, self.policy.encode_completion(text), reward=self.tasks.score(question, [text])[0])
 
     def _sync(self, r: int, figures: dict[str, float]) -> None:
         """The sampler loads the updated policy, after switching to the F16 export if its log-probs

@@ -381,6 +381,10 @@ class TaskSet:
     def messages(self, question: Question) -> list[dict[str, str]]:
         return build_messages(question, self.cfg.prompt, self.cfg.system_prompt)
 
+    def reference_text(self, question: Question) -> str:
+        """The question's reference answer written as this node's prompt writes its example's."""
+        return worked_answer_text(question) if PROMPTS[self.cfg.prompt].worked else answer_text(question.answer)
+
     def reward_parts(self, question: Question, completions: Sequence[str]) -> dict[str, list[float]]:
         """Each reward in use, by name: `accuracy` (ReasoningGYM's score, partial credit included)
         and `correct` (1 at full marks, else 0) always, `format` when weighted."""
