@@ -230,12 +230,7 @@ class Node:
             local, external, batch.groups, samples, timer.seconds, shape, self._levels(), self._sampler.name
         )
         metrics.update(figures)
-        if refill is not None:
-            metrics.update(refill.figures)
-        if cfg.train.reference_guide:
-            metrics["groups/reference_guided"] = float(batch.reference_guided)
-        if adopted is not None:  # the peers' groups that taught: their questions, and their answers where we failed
-            metrics["groups/external"] = float(len(adopted.own) + len(adopted.mixed))
+        metrics.update(self._what_trained(refill, adopted, batch))
         metrics.update(evaluated)
         if self._source is not None:
             metrics.update(self._swarm_figures(r, failures))
@@ -274,6 +269,15 @@ class Node:
         batch = training_batch(self.policy, self._groups.prompt, trained, trained_prompts, external, rules, mixed)
         batch.reference_guided = len(mixed) - (len(adopted.mixed) if adopted is not None else 0)
         return batch
+
+    def _what_trained(self, refill: Refill | None, adopted: Adopted | None, batch: Batch) -> dict[str, float]:
+        """The round's figures of its refills, its adopted peers' questions and its reference guides."""
+        out = dict(refill.figures) if refill is not None else {}
+        if self.cfg.train.reference_guide:
+            out["groups/reference_guided"] = float(batch.reference_guided)
+        if adopted is not None:  # the peers' groups that taught: their questions, and their answers where we failed
+            out["groups/external"] = float(len(adopted.own) + len(adopted.mixed))
+        return out
 
     def _reference_guide(self, question) -> Completion:
         """The question's reference answer as a completion, scored by our own rewards."""

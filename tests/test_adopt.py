@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sapo_core.adopt import TopicNeeds, adopt, adoptable
+from sapo_core.adopt import TopicNeeds, adopt, adoptable, reference_guided
 from sapo_core.rollouts import Completion, Group, Question, QuestionId
 
 
@@ -107,3 +107,23 @@ def test_topic_needs_by_hand():
     assert needs.need()["fractions/L1"] == (0.5 + 0 + 1 + 0.5) / 4
     with pytest.raises(ValueError, match="window"):
         TopicNeeds(window=0)
+
+
+def test_reference_guides_join_only_our_groups_without_a_right_answer_by_hand():
+    """train.reference_guide: a group of ours with no completion at full credit takes its question's
+    reference answer as guide; one with a right answer (spread or all right), an empty one, and one
+    whose reference does not earn full credit (or is missing) stay as they were."""
+    rewards = {1: [0.0, 0.0], 2: [1.0, 0.0], 3: [1.0, 1.0], 4: [0.5, 0.0], 5: [], 6: [0.0, 0.0], 7: [0.0]}
+    groups = [Group(q(i), [Completion(f"mine {k}", reward=r) for k, r in enumerate(rs)]) for i, rs in rewards.items()]
+    prompts = [[7, i] for i in rewards]
+    guides = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 0.5}  # 7: no reference at all
+
+    def guide_of(question):
+        reward = guides.get(question.id.index)
+        return None if reward is None else Completion(f"Answer: {question.answer}", reward=reward)
+
+    out = reference_guided(groups, prompts, guide_of)
+    assert [m.own.question.id.index for m in out] == [1, 4]  # 4: partial credit is not a right answer
+    assert [m.prompt for m in out] == [[7, 1], [7, 4]]
+    assert [[g.text for g in m.guides] for m in out] == [["Answer: 2"], ["Answer: 5"]]
+    assert all(m.receipt is None for m in out)  # no peer to name

@@ -96,6 +96,9 @@ def test_a_mixed_group_spans_our_completions_and_the_guide(policy):
     assert g.completion_ids == policy.encode_completion("Answer: 4") + [policy.tokenizer.eos_token_id]
     flat = Mixed(ours([1.0, 1.0]), [1], [Completion("Answer: 4", reward=1.0)], ("peer-a", 7, 3))
     assert training_batch(policy, lambda q: [9], [], [], [], BatchRules(128, True, 0), [flat]).groups == 0
+    reference = Mixed(ours([0.0, 0.0, 0.0, 0.0]), [1, 2, 3], [guide])  # train.reference_guide: no peer
+    batch = training_batch(policy, lambda q: [9], [], [], [], BatchRules(128, True, 0), [reference])
+    assert batch.groups == 1 and batch.receipts == [] and [s.guide for s in batch.sequences][-1]
 
 
 def test_advantage_scales_hand_computed(policy):

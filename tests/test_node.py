@@ -532,6 +532,35 @@ def test_mixed_take_adopts_peers_questions_and_guides_where_we_fail(tmp_path, da
     assert m2["groups/trained"] == 2
 
 
+def test_reference_guides_train_our_all_wrong_groups_and_never_leave_the_node(tmp_path, data_dir):
+    """train.reference_guide beside the mixed take: random weights get every question wrong, so both
+    of our own groups train with their reference answer as guide (scored by the real tasks), the two
+    adopted peers' questions with the peer's; the receipts name only the peer's groups, and what we
+    publish is our own completions, never a reference answer."""
+
+    class Keeping(SolvedGroups):
+        texts: list[list[str]] = []
+
+        def publish(self, round, groups, receipts=()):
+            self.texts.append([c.text for g in groups for c in g.completions])
+            super().publish(round, groups, receipts)
+
+    cfg = tiny_config(
+        tmp_path / "run",
+        **{"round.external_groups": 2, "swarm.take": "mixed", "train.reference_guide": True},
+    )
+    node = Node(cfg, source=Keeping(cfg.tasks))
+    node.setup()
+    m = node.run_round()
+    m2 = node.run_round()
+    references = {node.tasks.reference_text(q) for q in node.tasks.sample_questions(1, 2)}
+    node.close()
+    assert m["groups/reference_guided"] == 2 and m["swarm/adopt_guided"] == 2
+    assert m["groups/trained"] == 4 and m["train/guide_tokens"] > 0 and m2["groups/trained"] == 4
+    assert node.source.receipts[-1] == [("peer-x", 1, 0), ("peer-x", 1, 1)]
+    assert len(Keeping.texts[0]) == 2 * 4 and not references & set(Keeping.texts[0])
+
+
 def test_the_gather_is_told_what_our_own_groups_lack(tmp_path, data_dir):
     """swarm.choice = need: each gather gets, per topic (dataset and level), the need our own groups
     so far give: random weights get every question wrong, so every topic we sampled weighs 1; the

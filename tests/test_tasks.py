@@ -193,6 +193,23 @@ def test_the_worked_style_asks_other_datasets_as_one_shot_does(dataset):
 
 
 @pytest.mark.parametrize("style", ["one_shot", "worked"])
+def test_a_reference_guide_is_written_as_the_example_and_earns_full_credit(style):
+    """train.reference_guide's text: the question's answer as the prompt's example writes its own
+    (worked: basic_arithmetic's expression above the Answer line), right by our own scoring on
+    every level of the default datasets."""
+    tasks = TaskSet(TaskConfig(prompt=style), seed=0)
+    for dataset in TaskConfig().weights:
+        for level in range(len(LEVELS[dataset])):
+            for index in range(4):
+                q = regenerate(qid(dataset, level, index=index))
+                text = tasks.reference_text(q)
+                worked = style == "worked" and dataset == "basic_arithmetic"
+                expected = f"{q.entry['metadata']['expression']} = {q.answer}\n" if worked else ""
+                assert text == f"{expected}Answer: {q.answer}"
+                assert tasks.score(q, [text]) == [1.0]
+
+
+@pytest.mark.parametrize("style", ["one_shot", "worked"])
 @pytest.mark.parametrize("dataset", PAPER_SPECIALTIES)
 def test_one_shot_examples_are_right_and_fixed(dataset, style):
     tasks = TaskSet(TaskConfig(prompt=style), seed=0)
