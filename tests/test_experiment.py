@@ -429,6 +429,16 @@ COMMITTED_ARMS = [
         (-0.008, -0.045, 0.03),
         (0.003, -0.027, 0.032),
     ),
+    (
+        # train.reference_guide, paired with worked's rows of the same machine: a pilot of 3 pairs
+        ["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-ref.csv"],
+        "worked",
+        "ref",
+        3,
+        (-0.008, -0.155, 0.139),
+        (-0.011, -0.087, 0.065),
+        (-0.013, -0.04, 0.013),
+    ),
 ]
 
 
@@ -465,6 +475,13 @@ COMMITTED_PILOT_COSTS = [
         "worked",
         "g16q2",
         {"round_seconds": (1.17, 1.05, 1.29), "update_seconds": (1.17,), "train_tokens": (1.09,)},
+    ),
+    # ref against worked's rows of the same machine, not side by side: 3.61x (3.51..3.70) the tokens
+    (
+        ["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-ref.csv"],
+        "worked",
+        "ref",
+        {"train_tokens": (3.61, 3.51, 3.7), "round_seconds": (3.41, 2.15, 4.67)},
     ),
 ]
 
