@@ -45,7 +45,7 @@ class Batch:
     groups: int = 0  # groups trained, ours and peers'
     receipts: list[tuple[str, int, int]] = field(default_factory=list)  # (peer, its round, group index) trained
     capped: int = 0  # peers' groups left out by the external token budget
-    reference_guided: int = 0  # our groups without a right answer, trained with the reference as guide
+    reference_guided: int = 0  # mixed groups trained with the reference answer as guide (no receipt)
 
 
 @dataclass
@@ -123,8 +123,10 @@ def training_batch(
         if rules.skip_flat and not whole.has_signal():
             continue
         batch.groups += 1
-        if m.receipt is not None:  # a peer's guide (a reference answer's names no peer)
+        if m.receipt is not None:  # a peer's guide
             batch.receipts.append(m.receipt)
+        else:  # the reference answer's (train.reference_guide): no peer to name
+            batch.reference_guided += 1
         all_rewards += whole.rewards
         advantages = _advantages(whole, rules)
         for c, a in zip(m.own.completions, advantages):

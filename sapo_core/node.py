@@ -266,9 +266,7 @@ class Node:
             trained, trained_prompts = trained + adopted.own, trained_prompts + adopted.prompts
             mixed = mixed + adopted.mixed
         rules = BatchRules.for_config(self.cfg)
-        batch = training_batch(self.policy, self._groups.prompt, trained, trained_prompts, external, rules, mixed)
-        batch.reference_guided = len(mixed) - (len(adopted.mixed) if adopted is not None else 0)
-        return batch
+        return training_batch(self.policy, self._groups.prompt, trained, trained_prompts, external, rules, mixed)
 
     def _what_trained(self, refill: Refill | None, adopted: Adopted | None, batch: Batch) -> dict[str, float]:
         """The round's figures of its refills, its adopted peers' questions and its reference guides."""
@@ -280,9 +278,10 @@ class Node:
         return out
 
     def _reference_guide(self, question) -> Completion:
-        """The question's reference answer as a completion, scored by our own rewards."""
+        """The question's reference answer as a completion, scored by our own rewards (the batch
+        tokenises it, as it does a peer's guide)."""
         text = self.tasks.reference_text(question)
-        return Completion(text, self.policy.encode_completion(text), reward=self.tasks.score(question, [text])[0])
+        return Completion(text, reward=self.tasks.score(question, [text])[0])
 
     def _sync(self, r: int, figures: dict[str, float]) -> None:
         """The sampler loads the updated policy, after switching to the F16 export if its log-probs

@@ -84,7 +84,7 @@ def test_a_mixed_group_spans_our_completions_and_the_guide(policy):
     guide = Completion("Answer: 4", finished=True, reward=1.0)
     m = Mixed(own, [1, 2, 3], [guide], ("peer-a", 7, 2))
     batch = training_batch(policy, lambda q: [9], [], [], [], BatchRules(128, True, 0), [m])
-    assert batch.groups == 1 and batch.receipts == [("peer-a", 7, 2)]
+    assert batch.groups == 1 and batch.receipts == [("peer-a", 7, 2)] and batch.reference_guided == 0
     advantages = [s.advantage for s in batch.sequences]
     # rewards 0 0 0 0 1: mean 0.2, unbiased std sqrt(0.2): (r - 0.2) / 0.4472
     assert advantages == pytest.approx([-0.4472] * 4 + [1.7889], abs=1e-3)
@@ -99,6 +99,7 @@ def test_a_mixed_group_spans_our_completions_and_the_guide(policy):
     reference = Mixed(ours([0.0, 0.0, 0.0, 0.0]), [1, 2, 3], [guide])  # train.reference_guide: no peer
     batch = training_batch(policy, lambda q: [9], [], [], [], BatchRules(128, True, 0), [reference])
     assert batch.groups == 1 and batch.receipts == [] and [s.guide for s in batch.sequences][-1]
+    assert batch.reference_guided == 1
 
 
 def test_advantage_scales_hand_computed(policy):
