@@ -17,7 +17,8 @@ Each group's advantages are its rewards centred and normalised within the group 
   2504.14945): the group's advantages span both, our completions train as ours, the guide as a
   peer's text with `guide` set (the trainer shapes its tokens). Each yields a receipt. With
   `train.reference_guide` our own groups without a right completion are mixed groups too, the
-  question's reference answer their guide (no receipt: no peer is named).
+  question's reference answer their guide (no receipt: no peer is named). With `train.guide_alone`
+  a mixed group trains its guides alone, at the advantages they have in the whole group.
 With `train.advantage_scale = batch` every group's centred rewards are divided by one std, that of
 the rewards of our own local groups in the batch pooled (Lite PPO; grpo.batch_std); peers' and mixed
 groups take that scale too, so nothing a peer sends changes the weight of our own completions
@@ -71,11 +72,13 @@ class BatchRules:
     skip_flat: bool  # leave out groups without reward spread (no KL term: train.kl_beta == 0)
     external_token_budget: int  # peers' tokens per update, 0 for no limit (swarm.max_external_tokens)
     advantage_scale: str = "group"  # train.advantage_scale: group, batch or none
+    guide_alone: bool = False  # train.guide_alone: a mixed group trains its guides, not our completions
 
     @classmethod
     def for_config(cls, cfg: NodeConfig) -> BatchRules:
         t = cfg.train
-        return cls(cfg.sampler.max_new_tokens, t.kl_beta == 0, cfg.swarm.max_external_tokens, t.advantage_scale)
+        max_new, ext = cfg.sampler.max_new_tokens, cfg.swarm.max_external_tokens
+        return cls(max_new, t.kl_beta == 0, ext, t.advantage_scale, t.guide_alone)
 
 
 def training_batch(
@@ -129,7 +132,7 @@ def training_batch(
             batch.reference_guided += 1
         all_rewards += whole.rewards
         advantages = _advantages(whole, rules)
-        for c, a in zip(m.own.completions, advantages):
+        for c, a in zip(() if rules.guide_alone else m.own.completions, advantages):
             batch.sequences.append(_own_sequence(policy, m.prompt, c, a))
         for c, a in zip(m.guides, advantages[len(m.own.completions) :]):
             ids = external_token_ids(policy, c, rules.max_new_tokens)

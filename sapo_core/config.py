@@ -259,6 +259,11 @@ class TrainConfig:
         "a group that would teach nothing trains (hints where the learner fails, arXiv 2506.13923).",
         False,
     )
+    guide_alone: bool = setting(
+        "A guided group (a right answer added to our all-wrong group) trains its guide alone, at its advantage "
+        "in the group, our completions left out: fine-tuning on what we fail (ReLIFT, arXiv 2506.07527).",
+        False,
+    )
     peer_correction: str = setting(
         "Off-policy correction of peers' completions: none (trained as if ours, the SAPO paper) or tis "
         "(F-TIS: each peer token weighted by min(our prob / the peer sampler's, peer_ratio_cap), and "

@@ -102,6 +102,23 @@ def test_a_mixed_group_spans_our_completions_and_the_guide(policy):
     assert batch.reference_guided == 1
 
 
+def test_guide_alone_trains_the_guide_at_its_advantage_in_the_whole_group(policy):
+    """train.guide_alone: the mixed group of four wrong completions and a right guide trains the
+    guide alone, at the advantage it has among all five (1.7889, above), our completions left out;
+    a group of ours with spread is untouched, and a flat mixed group still trains nothing."""
+    from sapo_core.batch import Mixed
+
+    rules = BatchRules(128, True, 0, guide_alone=True)
+    guide = Completion("Answer: 4", finished=True, reward=1.0)
+    m = Mixed(ours([0.0, 0.0, 0.0, 0.0]), [1, 2, 3], [guide])
+    batch = training_batch(policy, lambda q: [9], [ours([1.0, 0.0])], [[5]], [], rules, [m])
+    assert batch.groups == 2 and batch.reference_guided == 1
+    assert [(s.prompt_ids, s.guide) for s in batch.sequences] == [([5], False), ([5], False), ([1, 2, 3], True)]
+    assert [s.advantage for s in batch.sequences] == pytest.approx([0.7071, -0.7071, 1.7889], abs=1e-3)
+    flat = Mixed(ours([1.0, 1.0]), [1], [guide])
+    assert training_batch(policy, lambda q: [9], [], [], [], rules, [flat]).sequences == []
+
+
 def test_advantage_scales_hand_computed(policy):
     """Two local groups, 1 0 0 0 and 1 1 0 0 (and a flat one, left out): group divides each by its
     own std (0.5 and sqrt(1/3)), none by nothing, batch by the pooled std sqrt(15/56) of the eight."""
