@@ -516,14 +516,22 @@ def test_dynamic_sampling_refills_the_round_with_groups_that_have_spread(tmp_pat
     assert expected_sampled > 0  # the script leaves the first draw short: the refill is exercised
 
 
-def test_mixed_take_adopts_peers_questions_and_guides_where_we_fail(tmp_path, data_dir):
+@pytest.mark.parametrize("alone", [False, True])
+def test_mixed_take_adopts_peers_questions_and_guides_where_we_fail(tmp_path, data_dir, alone):
     """swarm.take = mixed on the fake swarm: random weights get every adopted question wrong, so each
     of the J peers' groups comes back as our own all-wrong group plus the peer's right answer; those
-    train (the guide's tokens shaped) and their receipts name the peer's groups."""
-    cfg = tiny_config(tmp_path / "run", **{"round.external_groups": 2, "swarm.take": "mixed"})
+    train (the guide's tokens shaped) and their receipts name the peer's groups. With
+    train.guide_alone the update is given the two guides and none of our wrong completions."""
+    cfg = tiny_config(
+        tmp_path / "run", **{"round.external_groups": 2, "swarm.take": "mixed", "train.guide_alone": alone}
+    )
     node = Node(cfg, source=SolvedGroups(cfg.tasks))
     node.setup()
+    given, real_update = [], node.trainer.update
+    node.trainer.update = lambda seqs, hooks: (given.append([s.guide for s in seqs]), real_update(seqs, hooks))[1]
     m = node.run_round()
+    assert given[0].count(True) == 2
+    assert given[0].count(False) == (0 if alone else 2 * cfg.sampler.group_size)
     assert m["swarm/adopt_offered"] == 2 and m["swarm/adopt_guided"] == 2 and m["swarm/adopt_on_policy"] == 0
     assert m["groups/trained"] == 2 and m["train/guide_tokens"] > 0 and m["groups/external"] == 2
     m2 = node.run_round()
