@@ -439,6 +439,26 @@ COMMITTED_ARMS = [
         (-0.011, -0.087, 0.065),
         (-0.013, -0.04, 0.013),
     ),
+    (
+        # train.guide_alone with the reference guide: the guide without our wrong answers, 3 pairs
+        ["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-refalone.csv"],
+        "worked",
+        "refalone",
+        3,
+        (-0.023, -0.147, 0.101),
+        (-0.014, -0.08, 0.053),
+        (-0.014, -0.051, 0.023),
+    ),
+    (
+        # the guide alone against the guide with our wrong answers (ref): the same 3 (seed, node)
+        ["lab-2026-12-07-ref.csv", "lab-2026-12-07-refalone.csv"],
+        "ref",
+        "refalone",
+        3,
+        (-0.016, -0.124, 0.093),
+        (-0.003, -0.034, 0.029),
+        (0.0, -0.018, 0.017),
+    ),
 ]
 
 
@@ -483,6 +503,14 @@ COMMITTED_PILOT_COSTS = [
         "ref",
         {"train_tokens": (3.61, 3.51, 3.7), "round_seconds": (3.41, 2.15, 4.67)},
     ),
+    # refalone likewise: 2.38x (2.25..2.51) the tokens, a round 1.93x (1.81..2.05); 0.66x ref's tokens
+    (
+        ["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-refalone.csv"],
+        "worked",
+        "refalone",
+        {"train_tokens": (2.38, 2.25, 2.51), "round_seconds": (1.93, 1.81, 2.05)},
+    ),
+    (["lab-2026-12-07-ref.csv", "lab-2026-12-07-refalone.csv"], "ref", "refalone", {"train_tokens": (0.66, 0.62, 0.7)}),
 ]
 
 
