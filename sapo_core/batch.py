@@ -132,8 +132,9 @@ def training_batch(
             batch.reference_guided += 1
         all_rewards += whole.rewards
         advantages = _advantages(whole, rules)
-        for c, a in zip(() if rules.guide_alone else m.own.completions, advantages):
-            batch.sequences.append(_own_sequence(policy, m.prompt, c, a))
+        if not rules.guide_alone:  # train.guide_alone leaves our wrong completions out
+            for c, a in zip(m.own.completions, advantages):
+                batch.sequences.append(_own_sequence(policy, m.prompt, c, a))
         for c, a in zip(m.guides, advantages[len(m.own.completions) :]):
             ids = external_token_ids(policy, c, rules.max_new_tokens)
             batch.sequences.append(TrainSequence(m.prompt, ids, a, None, peer=True, guide=True))

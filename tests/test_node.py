@@ -528,7 +528,12 @@ def test_mixed_take_adopts_peers_questions_and_guides_where_we_fail(tmp_path, da
     node = Node(cfg, source=SolvedGroups(cfg.tasks))
     node.setup()
     given, real_update = [], node.trainer.update
-    node.trainer.update = lambda seqs, hooks: (given.append([s.guide for s in seqs]), real_update(seqs, hooks))[1]
+
+    def recording_update(seqs, hooks):  # the real update runs; we only read which sequences are guides
+        given.append([s.guide for s in seqs])
+        return real_update(seqs, hooks)
+
+    node.trainer.update = recording_update
     m = node.run_round()
     assert given[0].count(True) == 2
     assert given[0].count(False) == (0 if alone else 2 * cfg.sampler.group_size)
