@@ -76,6 +76,36 @@ def test_a_training_batch_with_a_long_tail() -> None:
     assert [len(s.completion_ids) for s in _batch(policy, tasks, 4, 3, 4)] == [3, 3, 3, 3]
 
 
+def test_a_candidates_gradient_is_set_beside_the_defaults_from_the_same_weights() -> None:
+    """Checkpointing changes no gradient: cosine 1, norms equal. The prompt without gradient leaves
+    out the path through the prompts' keys and values: the cosine falls below 1 and the norm moves.
+    Either way the weights are left as they were (the next measurement starts from them)."""
+    import torch
+
+    from sapo_core.bench.training import gradient_agreement
+    from sapo_core.config import TrainConfig
+    from sapo_core.trainer import Trainer, TrainSequence
+    from tests.helpers import small_policy
+
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, 97, (9,), generator=g).tolist() for _ in range(2)]
+    seqs = [
+        TrainSequence(prompts[i // 4], torch.randint(1, 97, (3,), generator=g).tolist(), adv)
+        for i, adv in enumerate([1.0, -1.0, 0.5, -0.5, 1.2, -0.4, -0.4, -0.4])
+    ]
+    policy = small_policy()
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+
+    def trainer(**changes) -> Trainer:
+        return Trainer(policy, TrainConfig(precision="fp32", steps_per_round=1, **changes))
+
+    cosine, norms = gradient_agreement(trainer(checkpoint_share=1.0), trainer(checkpoint_share=0.0), seqs)
+    assert cosine == pytest.approx(1.0, abs=1e-5) and norms == pytest.approx(1.0, abs=1e-5)
+    cosine, norms = gradient_agreement(trainer(), trainer(prompt_grad=False), seqs)
+    assert 0.0 < cosine < 0.999 and norms != pytest.approx(1.0, abs=1e-3)
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.trainable_parameters()))
+
+
 # --- every benchmark end to end on tiny settings, to its summary line --------------------------
 
 # The light node of the process tests (tests/helpers.py, light_config), as --set arguments.
@@ -155,7 +185,7 @@ RUNS = [
         + ["--candidate", "train.checkpoint_share=0"],
         rf"^training: default \d+ tok/CPU-s vs fp32 all-checkpointed \d+, {NUM}x; vs plain forward\+backward "
         rf"{NUM}x per token, same batch {NUM}x faster; candidate \d+ tok/CPU-s, {NUM}x default, same batch {NUM}x "
-        rf"faster; node peak memory {NUM} GB, drift max \S+$",
+        rf"faster, gradient cosine (0\.999|1\.000) \(norm 1\.00x\); node peak memory {NUM} GB, drift max \S+$",
         marks=[pytest.mark.slow, pytest.mark.node_process],
         id="training",
     ),

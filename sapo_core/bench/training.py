@@ -16,6 +16,10 @@ reported) so a noisy neighbour hits all alike:
   the batch against the default's join the summary line. A cut that keeps the gradient
   (`train.checkpoint_share=0`, a larger `train.micro_batch_size`) is judged here and by the
   node's peak memory (`--set` the same values); one that changes it needs the recipe lab too.
+  Its first step's gradient on the batch is set beside the default's, from the same weights: the
+  cosine between them and the ratio of their norms (1 and 1 for a cut that keeps the gradient). An
+  approximation of the gradient (`train.prompt_grad=false`) shows how far it moves the update
+  before a lab run judges what that costs in held-out.
 
 Goals: the default trains >= 2x the tokens per CPU-second of the fp32 update; >= 1.0x plain.
 Tokens per CPU-second count the process's CPU time (all threads), so a faster wall clock bought
@@ -178,6 +182,9 @@ def measure_update(args: argparse.Namespace, candidate=None) -> dict[str, dict[s
             "tok_per_s": statistics.median(x[0] / x[1] for x in xs),
             "tok_per_cpu_s": statistics.median(x[0] / x[2] for x in xs),
         }
+    if "candidate" in trainers:
+        cosine, norms = gradient_agreement(trainers["default"], trainers["candidate"], seqs)
+        out["candidate"].update(grad_cosine=cosine, grad_norm_ratio=norms)
     out["setup"] = {
         "micro_batch": cfg.train.micro_batch_size,
         "threads": torch.get_num_threads(),
@@ -185,6 +192,42 @@ def measure_update(args: argparse.Namespace, candidate=None) -> dict[str, dict[s
         "checkpoint_share": default.checkpoint_share if default.gradient_checkpointing else 0.0,
     }
     return out
+
+
+def gradient_agreement(default, candidate, seqs) -> tuple[float, float]:
+    """(cosine, ratio of norms) of `candidate`'s first-step gradient over `seqs` against `default`'s,
+    both from the same weights; the two trainers share one policy."""
+    import torch
+
+    from sapo_core.trainer import configure_checkpointing
+
+    out = []
+    for trainer in (default, candidate):
+        configure_checkpointing(trainer.policy.model, trainer.cfg)  # the layers as this trainer sets them
+        out.append(update_gradient(trainer, seqs))
+    (g0, n0), (g1, n1) = out
+    cosine = torch.nn.functional.cosine_similarity(g0.double(), g1.double(), dim=0)  # fp32 rounds past 1
+    return float(cosine), n1 / n0 if n0 > 0 else float("nan")
+
+
+def update_gradient(trainer, seqs) -> tuple:
+    """(the flat gradient of `trainer`'s first optimizer step over `seqs`, its norm before clipping),
+    the weights put back as they were, so that the next trainer's gradient starts from the same ones.
+    Clipping scales the gradient in place, which leaves its direction (the cosine) as it was."""
+    import torch
+
+    from sapo_core.hooks import NullHooks
+
+    params = trainer.policy.trainable_parameters()
+    saved = [p.detach().clone() for p in params]
+    version = trainer.policy.version
+    figures = trainer.update(seqs, NullHooks())
+    grad = torch.cat([p.grad.flatten() for p in params])
+    with torch.no_grad():
+        for p, s in zip(params, saved):
+            p.copy_(s)
+    trainer.policy.version = version
+    return grad, figures[K.TRAIN_GRAD_NORM]
 
 
 def candidate_train(items: list[str]):
@@ -286,7 +329,8 @@ def run(args: argparse.Namespace) -> int:
         gain = c["tok_per_cpu_s"] / r["default"]["tok_per_cpu_s"]
         summary += (
             f"; candidate {c['tok_per_cpu_s']:.0f} tok/CPU-s, {gain:.2f}x default, same batch "
-            f"{r['default']['seconds'] / c['seconds']:.2f}x faster"
+            f"{r['default']['seconds'] / c['seconds']:.2f}x faster, gradient cosine {c['grad_cosine']:.3f} "
+            f"(norm {c['grad_norm_ratio']:.2f}x)"
         )
         result["candidate_gain"] = gain
     if not args.no_node:
