@@ -459,6 +459,16 @@ COMMITTED_ARMS = [
         (-0.003, -0.034, 0.029),
         (0.0, -0.018, 0.017),
     ),
+    (
+        # sampler.temperature=1.1, paired with worked's rows of the same machine: a pilot of 3 pairs
+        ["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-t11.csv"],
+        "worked",
+        "t11",
+        3,
+        (-0.001, -0.067, 0.065),
+        (0.0, -0.019, 0.02),
+        (-0.003, -0.037, 0.031),
+    ),
 ]
 
 
@@ -511,6 +521,8 @@ COMMITTED_PILOT_COSTS = [
         {"train_tokens": (2.38, 2.25, 2.51), "round_seconds": (1.93, 1.81, 2.05)},
     ),
     (["lab-2026-12-07-ref.csv", "lab-2026-12-07-refalone.csv"], "ref", "refalone", {"train_tokens": (0.66, 0.62, 0.7)}),
+    # t11 against worked's rows: 1.29x (0.93..1.65) the tokens (its seconds ran loaded: not quoted)
+    (["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-t11.csv"], "worked", "t11", {"train_tokens": (1.29, 0.93, 1.65)}),
 ]
 
 
