@@ -51,9 +51,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sapo_core.bench.settings import add_set_argument
 from sapo_core.control import vocabulary as K
+
+if TYPE_CHECKING:
+    import torch
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -210,7 +214,7 @@ def gradient_agreement(default, candidate, seqs) -> tuple[float, float]:
     return float(cosine), n1 / n0 if n0 > 0 else float("nan")
 
 
-def update_gradient(trainer, seqs) -> tuple:
+def update_gradient(trainer, seqs) -> tuple[torch.Tensor, float]:
     """(the flat gradient of `trainer`'s first optimizer step over `seqs`, its norm before clipping),
     the weights put back as they were, so that the next trainer's gradient starts from the same ones.
     Clipping scales the gradient in place, which leaves its direction (the cosine) as it was."""
