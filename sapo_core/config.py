@@ -126,6 +126,11 @@ class TaskConfig:
         "Weight of a reward for answering in the requested format (the paper dropped it).", 0.0
     )
     system_prompt: str = setting("System prompt; empty leaves the model's chat template to its default.", "")
+    reask_share: float = setting(
+        "Share of a round's own questions asked again from its recent ones whose groups had reward spread "
+        "(ExGRPO's replay of medium questions, sampled anew; 0 = off; sapo_core/reask.py).",
+        0.0,
+    )
 
     def __post_init__(self) -> None:
         check(bool(self.weights), "tasks.weights", "name at least one dataset")
@@ -160,6 +165,7 @@ class TaskConfig:
             self.prompt in PROMPT_STYLES, "tasks.prompt", f"'{self.prompt}' is not one of " + ", ".join(PROMPT_STYLES)
         )
         check(0 <= self.format_reward <= 1, "tasks.format_reward", "must be between 0 and 1")
+        check(0 <= self.reask_share <= 1, "tasks.reask_share", "must be between 0 and 1")
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,7 @@ class Node:
         )
         metrics.update(figures)
         metrics.update(self._what_trained(refill, adopted, batch))
+        metrics.update(self.tasks.reask_figures(local))
         metrics.update(evaluated)
         if self._source is not None:
             metrics.update(self._swarm_figures(r, failures))

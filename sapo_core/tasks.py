@@ -34,6 +34,7 @@ from typing import Any
 from sapo_core import gym
 from sapo_core.config import LEVEL_NAMES, PAPER_SPECIALTIES, TaskConfig
 from sapo_core.curriculum import Curriculum, LevelChange
+from sapo_core.reask import ReaskPool, reask_count
 from sapo_core.rewards import REWARDS, extract_answer, is_solved, score_answer
 from sapo_core.rollouts import Group, Question, QuestionId
 
@@ -349,6 +350,7 @@ class TaskSet:
             enabled=cfg.curriculum,
             rule=cfg.curriculum_rule,
         )
+        self.reask = ReaskPool(seed)  # questions asked again (tasks.reask_share; sapo_core/reask.py)
 
     def levels(self) -> dict[str, str]:
         """Current level name of each dataset we train on (for logs and metrics)."""
@@ -360,10 +362,13 @@ class TaskSet:
     def sample_questions(self, round: int, n: int, part: int = 0) -> list[Question]:
         """n questions drawn with replacement by weight (as the paper samples specialties),
         each at a level the curriculum chooses; the same (seed, round, part, curriculum state)
-        give the same ones. `part` > 0: another draw in the same round (a refill)."""
+        give the same ones. `part` > 0: another draw in the same round (a refill). In the first
+        draw, with tasks.reask_share, that share of them are pooled questions asked again, after
+        the fresh ones (which are the first of what the draw would be without it)."""
         rng = _round_rng(self.seed, round) if part == 0 else _round_rng(self.seed, round, part)
+        again = reask_count(self.cfg.reask_share, n, len(self.reask)) if part == 0 else 0
         out = []
-        for _ in range(n):
+        for _ in range(n - again):
             dataset = rng.choices(self.datasets, weights=self._weights)[0]
             level = self.curriculum.choose_level(dataset, rng)
             digest = config_digest(dataset, LEVELS[dataset][level])
@@ -372,6 +377,8 @@ class TaskSet:
                 if self.held_out is None or not self.held_out(dataset, level, q.text):
                     break
             out.append(q)
+        if part == 0 and self.cfg.reask_share > 0:
+            out += [regenerate(qid) for qid in self.reask.draw(round, again)]
         return out
 
     def regenerate(self, qid: QuestionId) -> Question:
@@ -416,16 +423,31 @@ class TaskSet:
         if not group.is_local:
             return None
         question = group.question
+        if self.cfg.reask_share > 0:
+            self.reask.observe(question.id, group.has_signal())
+            if question.id in self.reask.asked:  # asked again: not a fair draw of its level
+                return None
         _, level = level_of(question)
         solved = self.solved(question, [c.text for c in group.completions])
         return self.curriculum.observe(question.id.dataset, level, solved, spread=group.has_signal())
 
+    def reask_figures(self, local: Sequence[Group]) -> dict[str, float]:
+        """With tasks.reask_share: how many of the round's own groups were asked again, and with spread."""
+        if self.cfg.reask_share <= 0:
+            return {}
+        again = [g for g in local if g.question.id in self.reask.asked]
+        return {
+            "groups/reasked": float(len(again)),
+            "groups/reasked_with_signal": float(sum(g.has_signal() for g in again)),
+        }
+
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON data for the checkpoint."""
-        return {"curriculum": self.curriculum.state_dict()}
+        return {"curriculum": self.curriculum.state_dict(), "reask": self.reask.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.curriculum.load_state_dict(state["curriculum"])
+        self.reask.load_state_dict(state.get("reask", []))  # checkpoints before 2026-12-07 have none
 
 
 def score_one(question: Question, answer: str | None) -> float:

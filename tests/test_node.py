@@ -516,6 +516,31 @@ def test_dynamic_sampling_refills_the_round_with_groups_that_have_spread(tmp_pat
     assert expected_sampled > 0  # the script leaves the first draw short: the refill is exercised
 
 
+def test_a_node_asks_questions_with_spread_again_and_keeps_them_across_a_restart(tmp_path, data_dir):
+    """tasks.reask_share = 0.5 at I = 4: round 1's questions all have spread (scripted), so round 2 asks
+    two of them again beside two fresh ones, and its figures say so; the pool is in the checkpoint, so a
+    restarted node asks the same ones as one that ran on."""
+    cfg = tiny_config(tmp_path / "run", **{"round.local_groups": 4, "tasks.reask_share": 0.5})
+
+    def started(cfg) -> Node:
+        node = Node(cfg)
+        node.setup()
+        node.tasks.score = lambda q, texts: [1.0 if i == 0 else 0.0 for i in range(len(texts))]
+        return node
+
+    node = started(cfg)
+    first = node.tasks.sample_questions(1, 4)
+    m1 = node.run_round()
+    assert m1["groups/reasked"] == 0 and len(node.tasks.reask) == 4
+    node.close()
+    resumed = started(cfg)
+    assert set(resumed.tasks.reask.ids()) == {q.id for q in first}
+    m2 = resumed.run_round()
+    resumed.close()
+    assert m2["groups/reasked"] == m2["groups/reasked_with_signal"] == 2 and m2["groups/local"] == 4
+    assert resumed.tasks.reask.asked < {q.id for q in first}
+
+
 @pytest.mark.parametrize("alone", [False, True])
 def test_mixed_take_adopts_peers_questions_and_guides_where_we_fail(tmp_path, data_dir, alone):
     """swarm.take = mixed on the fake swarm: random weights get every adopted question wrong, so each
