@@ -469,6 +469,16 @@ COMMITTED_ARMS = [
         (0.0, -0.019, 0.02),
         (-0.003, -0.037, 0.031),
     ),
+    (
+        # tasks.reask_share=0.5, paired with worked's rows of the same machine: a pilot of 3 pairs
+        ["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-reask.csv"],
+        "worked",
+        "reask",
+        3,
+        (-0.057, -0.226, 0.112),
+        (-0.021, -0.11, 0.068),
+        (0.187, 0.17, 0.204),
+    ),
 ]
 
 
@@ -523,6 +533,8 @@ COMMITTED_PILOT_COSTS = [
     (["lab-2026-12-07-ref.csv", "lab-2026-12-07-refalone.csv"], "ref", "refalone", {"train_tokens": (0.66, 0.62, 0.7)}),
     # t11 against worked's rows: 1.29x (0.93..1.65) the tokens (its seconds ran loaded: not quoted)
     (["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-t11.csv"], "worked", "t11", {"train_tokens": (1.29, 0.93, 1.65)}),
+    # reask likewise: 1.41x (1.18..1.65) the tokens (loaded seconds: not quoted)
+    (["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-reask.csv"], "worked", "reask", {"train_tokens": (1.41, 1.18, 1.65)}),
 ]
 
 
