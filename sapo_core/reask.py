@@ -20,7 +20,6 @@ The rules (tests/test_reask.py holds their table):
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterable
 from typing import Any
@@ -38,8 +37,8 @@ def reask_count(share: float, n: int, pooled: int) -> int:
 class ReaskPool:
     """The node's recent questions with reward spread, oldest first."""
 
-    def __init__(self, seed: int, size: int = POOL_SIZE) -> None:
-        self.seed, self.size = seed, size
+    def __init__(self, size: int = POOL_SIZE) -> None:
+        self.size = size
         self._pool: dict[QuestionId, None] = {}  # insertion order: oldest first
         self.asked: set[QuestionId] = set()  # the latest draw's re-asked questions
 
@@ -57,11 +56,10 @@ class ReaskPool:
             while len(self._pool) > self.size:
                 del self._pool[next(iter(self._pool))]
 
-    def draw(self, round: int, k: int) -> list[QuestionId]:
-        """k pooled questions for `round` (the same seed, round and pool give the same ones),
-        taken out of the pool until their new groups say whether they still teach."""
-        key = f"reask:{self.seed}:{round}".encode()
-        rng = random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))
+    def draw(self, rng: random.Random, k: int) -> list[QuestionId]:
+        """k pooled questions drawn with `rng` (TaskSet's, keyed by the node's seed and the round:
+        the same rng and pool give the same ones), taken out of the pool until their new groups
+        say whether they still teach."""
         chosen = rng.sample(list(self._pool), min(k, len(self._pool)))
         for qid in chosen:
             del self._pool[qid]

@@ -319,10 +319,12 @@ def build_messages(question: Question, prompt: str, system_prompt: str = "") -> 
 # --- the task set -----------------------------------------------------------------------
 
 
+def _keyed_rng(key: str) -> random.Random:
+    return random.Random(int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little"))
+
+
 def _round_rng(seed: int, round: int, part: int = 0) -> random.Random:
-    key = f"questions:{seed}:{round}" + (f":{part}" if part else "")
-    h = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(h, "little"))
+    return _keyed_rng(f"questions:{seed}:{round}" + (f":{part}" if part else ""))
 
 
 _HELD_OUT_REDRAWS = 1000  # far beyond need: the smallest level has ~200 texts, the held-out set <= 512
@@ -350,7 +352,7 @@ class TaskSet:
             enabled=cfg.curriculum,
             rule=cfg.curriculum_rule,
         )
-        self.reask = ReaskPool(seed)  # questions asked again (tasks.reask_share; sapo_core/reask.py)
+        self.reask = ReaskPool()  # questions asked again (tasks.reask_share; sapo_core/reask.py)
 
     def levels(self) -> dict[str, str]:
         """Current level name of each dataset we train on (for logs and metrics)."""
@@ -378,7 +380,7 @@ class TaskSet:
                     break
             out.append(q)
         if part == 0 and self.cfg.reask_share > 0:
-            out += [regenerate(qid) for qid in self.reask.draw(round, again)]
+            out += [regenerate(qid) for qid in self.reask.draw(_keyed_rng(f"reask:{self.seed}:{round}"), again)]
         return out
 
     def regenerate(self, qid: QuestionId) -> Question:

@@ -5,6 +5,7 @@ out of the pool."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_how_many_are_asked_again(share, n, pooled, expected):
 
 
 def test_the_pool_keeps_the_newest_with_spread_and_drops_the_rest():
-    pool = ReaskPool(seed=0, size=3)
+    pool = ReaskPool(size=3)
     steps = [  # (question, spread) -> the pool after it, oldest first
         (1, True, [1]),
         (2, True, [1, 2]),
@@ -54,20 +55,20 @@ def test_the_pool_keeps_the_newest_with_spread_and_drops_the_rest():
 
 
 def test_a_draw_takes_its_questions_out_until_their_groups_put_them_back():
-    pool = ReaskPool(seed=7)
+    pool = ReaskPool()
     for i in range(5):
         pool.observe(qid(i), True)
-    drawn = pool.draw(round=3, k=2)
+    drawn = pool.draw(random.Random(3), k=2)
     assert len(set(drawn)) == 2 and pool.asked == set(drawn)
     assert len(pool) == 3 and not set(drawn) & set(pool.ids())
-    again = ReaskPool(seed=7)
+    again = ReaskPool()
     for i in range(5):
         again.observe(qid(i), True)
-    assert again.draw(round=3, k=2) == drawn  # the same seed, round and pool: the same questions
+    assert again.draw(random.Random(3), k=2) == drawn  # the same random numbers and pool: the same questions
     pool.observe(drawn[0], True)  # still teaches: back in, at the newest end
     pool.observe(drawn[1], False)  # learnt (or lost): stays out
     assert pool.ids()[-1] == drawn[0] and drawn[1] not in pool.ids()
-    assert pool.draw(round=4, k=10) and len(pool) == 0  # never more than it holds
+    assert pool.draw(random.Random(4), k=10) and len(pool) == 0  # never more than it holds
 
 
 def _group(tasks: TaskSet, question, right: int, wrong: int, source: str = "local") -> Group:
