@@ -243,6 +243,12 @@ class TrainConfig:
         "fewer tokens through the backward; the gradient through the prompt's keys and values is left out).",
         True,
     )
+    trained_layers: int = setting(
+        "Train the top N of the transformer's layers only (0 = every layer): the backward stops below them, "
+        "the layers beneath keep their weights (a new LoRA adapter's are zero), a cheaper update whose "
+        "gradient leaves the lower layers out.",
+        0,
+    )
     advantage_scale: str = setting(
         "What a group's centred rewards are divided by: group (its own std, GRPO and the SAPO paper), batch "
         "(the std of every reward of the round's own groups pooled, Lite PPO, arXiv 2508.08221; peers' groups "
@@ -294,6 +300,7 @@ class TrainConfig:
         check(self.max_grad_norm >= 0, "train.max_grad_norm", "must be >= 0")
         check(self.logit_chunk >= 16, "train.logit_chunk", "must be at least 16")
         check(0 <= self.checkpoint_share <= 1, "train.checkpoint_share", "must be in [0, 1]")
+        check(self.trained_layers >= 0, "train.trained_layers", "must be >= 0 (0 = every layer)")
         check(self.precision in ("auto", "fp32", "bf16"), "train.precision", "must be auto, fp32 or bf16")
         check(self.device in ("auto", "cpu", "cuda"), "train.device", "must be auto, cpu or cuda")
         check(

@@ -87,6 +87,37 @@ def _checkpointing_off(model: torch.nn.Module):
             m.gradient_checkpointing = True
 
 
+@contextlib.contextmanager
+def _top_layers_only(body: torch.nn.Module, n: int):
+    """Only the top `n` of `body`'s layers train inside the block (0, or n >= the layers: all of
+    them, as without it): the layers beneath stop requiring gradients, so their forward records no
+    graph, and the output of the highest of them is detached, so the backward stops there even where
+    the embeddings train (tied to the head without LoRA). Their parameters get no gradient (the
+    optimizer skips them: a new LoRA adapter's stay zero) and require gradients again after."""
+    layers = getattr(body, "layers", None)
+    if not n or layers is None or n >= len(layers):
+        yield
+        return
+    below = layers[: len(layers) - n]
+    frozen = [p for layer in below for p in layer.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    handle = below[-1].register_forward_hook(_detached)
+    try:
+        yield
+    finally:
+        handle.remove()
+        for p in frozen:
+            p.requires_grad_(True)
+
+
+def _detached(module: torch.nn.Module, args, output):
+    """A forward hook's replacement output: a layer's hidden states cut from the graph."""
+    if isinstance(output, tuple):
+        return (output[0].detach(), *output[1:])
+    return output.detach()
+
+
 @dataclass
 class _Tally:
     """What an update counts over its micro-batches and steps, and the figures it reports."""
@@ -206,12 +237,20 @@ class Trainer:
         steps = self.cfg.steps_per_round
         tally = _Tally(steps, sum(len(mb.targets) for mb in mbs), len(seqs))
         ref: list[torch.Tensor] = [self._reference_logprobs(mb) for mb in mbs] if self.cfg.kl_beta > 0 else []
+        t0 = time.perf_counter()
+        body, head = self.policy.body(), self.policy.head_weight()
+        with _top_layers_only(body, self.cfg.trained_layers):
+            self._steps(mbs, body, head, hooks, tally, ref)
+        model.eval()
+        return tally.figures(len(seqs), time.perf_counter() - t0, kl=self.cfg.kl_beta > 0)
+
+    def _steps(self, mbs: list[MicroBatch], body, head, hooks: RoundHooks, tally: _Tally, ref: list) -> None:
+        """The K optimizer steps over the round's micro-batches."""
+        steps = tally.steps
         old: list[torch.Tensor] = []
         weights: list[torch.Tensor | None] = []
-        t0 = time.perf_counter()
         for step in range(steps):
             self.optimizer.zero_grad(set_to_none=True)
-            body, head = self.policy.body(), self.policy.head_weight()
             for i, mb in enumerate(mbs):
                 hooks.checkpoint()
                 hooks.progress("update", step * len(mbs) + i, steps * len(mbs), step=step)
@@ -229,8 +268,6 @@ class Trainer:
             tally.sums["grad_norm"] += float(norm) / steps
             self.optimizer.step()
             self.policy.version += 1
-        model.eval()
-        return tally.figures(len(seqs), time.perf_counter() - t0, kl=self.cfg.kl_beta > 0)
 
     def _loss(
         self,

@@ -226,7 +226,8 @@ def update_gradient(trainer, seqs) -> tuple[torch.Tensor, float]:
     saved = [p.detach().clone() for p in params]
     version = trainer.policy.version
     figures = trainer.update(seqs, NullHooks())
-    grad = torch.cat([p.grad.flatten() for p in params])
+    # a parameter the update left out (train.trained_layers) has no gradient: zero in the flat one
+    grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
     with torch.no_grad():
         for p, s in zip(params, saved):
             p.copy_(s)
