@@ -479,6 +479,16 @@ COMMITTED_ARMS = [
         (-0.021, -0.11, 0.068),
         (0.187, 0.17, 0.204),
     ),
+    # train.trained_layers=15 beside worked (an AVX-512 machine), seeds 0-1 nodes 0-1: 4 pairs
+    (
+        ["lab-2026-12-08-top15.csv"],
+        "worked",
+        "top15",
+        4,
+        (-0.012, -0.077, 0.054),
+        (-0.003, -0.022, 0.016),
+        (-0.017, -0.042, 0.009),
+    ),
 ]
 
 
@@ -535,6 +545,13 @@ COMMITTED_PILOT_COSTS = [
     (["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-t11.csv"], "worked", "t11", {"train_tokens": (1.29, 0.93, 1.65)}),
     # reask likewise: 1.41x (1.18..1.65) the tokens (loaded seconds: not quoted)
     (["lab-2026-12-07-g16q2.csv", "lab-2026-12-07-reask.csv"], "worked", "reask", {"train_tokens": (1.41, 1.18, 1.65)}),
+    # top15 beside worked: a node-round 0.91x (0.80..1.02), the update 0.81x (0.73..0.89) on 1.09x the tokens
+    (
+        ["lab-2026-12-08-top15.csv"],
+        "worked",
+        "top15",
+        {"round_seconds": (0.91, 0.8, 1.02), "update_seconds": (0.81, 0.73, 0.89), "train_tokens": (1.09, 0.93, 1.24)},
+    ),
 ]
 
 
