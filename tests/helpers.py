@@ -280,6 +280,22 @@ def tiny_llama(
     return get_peft_model(model, lora)
 
 
+def sequences():
+    """Train sequences for the small policy: two groups sharing their prompts (3 and 2 completions)
+    and one alone, of mixed lengths (tests/test_trainer.py, tests/test_trained_layers.py)."""
+    import torch
+
+    from sapo_core.microbatch import TrainSequence
+
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (4, 3, 5)]
+    out = []
+    for i, (group, adv) in enumerate(zip([0, 0, 0, 1, 1, 2], [1.5, -0.5, -0.5, -0.5, 0.7, 0.3])):
+        c = torch.randint(1, 97, (2 + i,), generator=g).tolist()
+        out.append(TrainSequence(prompts[group], c, adv))
+    return out
+
+
 def small_policy(seed=0, vocab=97):
     """A real transformers LlamaForCausalLM with a peft LoRA adapter, only small; the tokenizer
     is reduced to the one attribute the trainer reads (pad_token_id)."""

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_trainer import sequences
 
 from sapo_core.bench.training import update_gradient
 from sapo_core.config import ConfigError, TrainConfig
@@ -17,7 +16,7 @@ from sapo_core.hooks import NullHooks
 from sapo_core.policy import Policy
 from sapo_core.trainer import Trainer
 
-from helpers import small_policy, tiny_llama
+from helpers import sequences, small_policy, tiny_llama
 
 # the full update's backward reaches layer 0 from its outputs alone (LoRA: no input requires a gradient)
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing")

@@ -16,18 +16,7 @@ from sapo_core.hooks import NullHooks
 from sapo_core.precision import cpu_bf16_feature, resolve_precision
 from sapo_core.trainer import Trainer, TrainSequence
 
-from helpers import small_policy
-
-
-def sequences():
-    """Two groups sharing their prompts (3 and 2 completions) and one alone, of mixed lengths."""
-    g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(1, 97, (n,), generator=g).tolist() for n in (4, 3, 5)]
-    out = []
-    for i, (group, adv) in enumerate(zip([0, 0, 0, 1, 1, 2], [1.5, -0.5, -0.5, -0.5, 0.7, 0.3])):
-        c = torch.randint(1, 97, (2 + i,), generator=g).tolist()
-        out.append(TrainSequence(prompts[group], c, adv))
-    return out
+from helpers import sequences, small_policy
 
 
 def naive_loss(policy, seqs, temperature=1.0, per_sequence=False):
